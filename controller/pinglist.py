@@ -1,0 +1,114 @@
+"""Ping lists as a function of membership and readiness.
+
+Preload keeps only same-rail, cross-host endpoint pairs of one job (NCCL
+moves cross-rail and same-host traffic over NVLink). Each unordered pair is
+probed from one side only, chosen by a stable hash so that membership
+changes never reshuffle the pairs that stay. Activation: a target is probed
+only once its own agent registered and said ready.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MemberEndpoint:
+    id: str
+    nic: str
+    host: str
+    rail: int
+    ip: str
+
+
+@dataclass(frozen=True)
+class Member:
+    """A container the controller knows, from the topology or a registration."""
+
+    id: str
+    job: str | None
+    host: str
+    endpoints: tuple[MemberEndpoint, ...]
+    probe_port: int
+    active: bool  # registered and ready
+
+
+@dataclass(frozen=True)
+class Target:
+    src: str
+    dst: str
+    dst_ip: str
+    dst_port: int
+    active: bool
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.src, self.dst)
+
+
+PingList = dict[tuple[str, str], Target]
+
+
+@dataclass(frozen=True)
+class ListDiff:
+    upsert: tuple[Target, ...]
+    remove: tuple[tuple[str, str], ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.upsert or self.remove)
+
+
+def probe_owner(a: str, b: str) -> str:
+    """The end of an unordered pair that probes it: stable, about half each."""
+    lo, hi = sorted((a, b))
+    digest = hashlib.blake2b(f"{lo}\0{hi}".encode(), digest_size=1).digest()
+    return lo if digest[0] & 1 == 0 else hi
+
+
+def rail_aligned_pairs(endpoints: Iterable[MemberEndpoint]) -> list[tuple[str, str]]:
+    """Every same-rail, cross-host pair (sorted ids), each once."""
+    by_rail: dict[int, list[MemberEndpoint]] = defaultdict(list)
+    for e in endpoints:
+        by_rail[e.rail].append(e)
+    pairs = []
+    for eps in by_rail.values():
+        eps.sort(key=lambda e: e.id)
+        for i, a in enumerate(eps):
+            for b in eps[i + 1:]:
+                if a.host != b.host:
+                    pairs.append((a.id, b.id))
+    return pairs
+
+
+def build_lists(members: Mapping[str, Member]) -> dict[str, PingList]:
+    """The rail-aligned list of every member container, keyed by container."""
+    by_job: dict[str, list[Member]] = defaultdict(list)
+    for m in members.values():
+        if m.job is not None:
+            by_job[m.job].append(m)
+    owner_of: dict[str, Member] = {}
+    ep_of: dict[str, MemberEndpoint] = {}
+    for m in members.values():
+        for e in m.endpoints:
+            owner_of[e.id] = m
+            ep_of[e.id] = e
+    lists: dict[str, PingList] = {cid: {} for cid in members}
+    for job_members in by_job.values():
+        eps = [e for m in job_members for e in m.endpoints]
+        for a, b in rail_aligned_pairs(eps):
+            src = probe_owner(a, b)
+            dst = b if src == a else a
+            dst_member = owner_of[dst]
+            t = Target(src=src, dst=dst, dst_ip=ep_of[dst].ip, dst_port=dst_member.probe_port,
+                       active=dst_member.active)
+            lists[owner_of[src].id][t.key] = t
+    return lists
+
+
+def diff_lists(old: PingList, new: PingList) -> ListDiff:
+    upsert = tuple(t for k, t in sorted(new.items()) if old.get(k) != t)
+    remove = tuple(sorted(k for k in old if k not in new))
+    return ListDiff(upsert=upsert, remove=remove)

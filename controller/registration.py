@@ -1,0 +1,76 @@
+"""What an agent says about itself, checked against the topology."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from netskel.errors import InputError
+from netskel.topology import Topology
+
+
+@dataclass(frozen=True)
+class RegEndpoint:
+    id: str
+    nic: str
+    ip: str
+    vni: int | None = None
+    ifname: str = ""
+
+
+@dataclass(frozen=True)
+class Registration:
+    container: str
+    job: str | None
+    host: str
+    endpoints: tuple[RegEndpoint, ...]
+    probe_port: int
+    ready: bool = False
+    last_heartbeat: float = 0.0
+    agent_version: str = ""
+
+    def with_heartbeat(self, ready: bool, now: float) -> Registration:
+        return replace(self, ready=ready, last_heartbeat=now)
+
+
+def validate_registration(reg: Registration, topo: Topology,
+                          others: dict[str, Registration]) -> None:
+    """Raise InputError when the agent's identity contradicts what we know.
+
+    A container absent from the topology snapshot may join (containers come
+    and go), but its host and NICs must exist."""
+    if not reg.container:
+        raise InputError("registration: empty container id")
+    if not reg.endpoints:
+        raise InputError(f"registration of '{reg.container}': no endpoints")
+    if not 0 < reg.probe_port < 65536:
+        raise InputError(f"registration of '{reg.container}': bad probe port {reg.probe_port}")
+    if reg.host not in topo.hosts:
+        raise InputError(f"registration of '{reg.container}': unknown host '{reg.host}'")
+    known = topo.containers.get(reg.container)
+    if known is not None:
+        if known.host != reg.host:
+            raise InputError(f"registration of '{reg.container}': host '{reg.host}' but the "
+                             f"topology places it on '{known.host}'")
+        if {e.id for e in known.endpoints} != {e.id for e in reg.endpoints}:
+            raise InputError(f"registration of '{reg.container}': endpoints differ from the "
+                             "topology's")
+    taken = {e.id: c for c, r in others.items() if c != reg.container for e in r.endpoints}
+    taken.update({e.id: c.id for c in topo.containers.values() if c.id != reg.container
+                  for e in c.endpoints})
+    seen: set[str] = set()
+    for e in reg.endpoints:
+        if not e.id or e.id in seen:
+            raise InputError(f"registration of '{reg.container}': empty or repeated endpoint id")
+        seen.add(e.id)
+        if e.id in taken:
+            raise InputError(f"registration of '{reg.container}': endpoint '{e.id}' belongs "
+                             f"to container '{taken[e.id]}'")
+        nic = topo.nics.get(e.nic)
+        if nic is None:
+            raise InputError(f"registration of '{reg.container}': unknown NIC '{e.nic}'")
+        if nic.host != reg.host:
+            raise InputError(f"registration of '{reg.container}': NIC '{e.nic}' is on host "
+                             f"'{nic.host}', not '{reg.host}'")
+        if not e.ip:
+            raise InputError(f"registration of '{reg.container}': endpoint '{e.id}' has no "
+                             "overlay address")

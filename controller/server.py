@@ -1,0 +1,61 @@
+"""Runs the controller: topology, store, state, gRPC, expiry loop."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from controller.service import ControllerService
+from controller.state import ControllerState
+from controller.store import Store
+from netskel.api.v1 import controller_pb2_grpc as pb_grpc
+from netskel.config import ControllerConfig
+from netskel.grpcserver import make_server
+from netskel.topology import load_topology
+
+log = logging.getLogger(__name__)
+SERVICE = "netskel.api.v1.Controller"
+
+
+@dataclass
+class RunningController:
+    server: grpc.Server
+    ports: list[int]
+    state: ControllerState
+    store: Store
+    _stop: threading.Event
+    _expiry: threading.Thread
+
+    def stop(self, grace: float = 1.0) -> None:
+        self._stop.set()
+        self.server.stop(grace).wait()
+        self._expiry.join()
+        self.store.close()
+
+
+def start_controller(cfg: ControllerConfig) -> RunningController:
+    topo = load_topology(cfg.topology)
+    store = Store(cfg.db)
+    state = ControllerState(topo, store, now=time.time(),
+                            heartbeat_timeout=cfg.heartbeat_timeout_s)
+    service = ControllerService(state, cfg.heartbeat_interval_ms, cfg.window_seconds)
+    server, ports, _ = make_server(
+        [SERVICE], lambda s: pb_grpc.add_ControllerServicer_to_server(service, s), cfg.listen)
+    stop = threading.Event()
+
+    def expire_loop() -> None:
+        while not stop.wait(min(1.0, cfg.heartbeat_timeout_s / 4)):
+            for c in state.expire(time.time()):
+                log.warning("agent of %s stopped heartbeating", c)
+
+    t = threading.Thread(target=expire_loop, name="expiry", daemon=True)
+    t.start()
+    log.info("controller serving on %s", ", ".join(f"{a} ({p})" for a, p in zip(cfg.listen, ports,
+                                                                                  strict=True)))
+    return RunningController(server=server, ports=ports, state=state, store=store, _stop=stop,
+                             _expiry=t)
+

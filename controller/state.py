@@ -1,0 +1,247 @@
+"""The controller's state machine: registrations in, ping-list diffs out.
+
+No sockets and no clock here: callers pass `now`. Every mutation recomputes
+the affected lists, persists what changed and hands the diffs to the
+subscribers (the gRPC streams)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controller.pinglist import ListDiff, Member, MemberEndpoint, PingList, build_lists, diff_lists
+from controller.registration import Registration, validate_registration
+from controller.store import Store
+from netskel import metrics
+from netskel.errors import NotFoundError
+from netskel.model import AgentState, CounterSample, WindowStats
+from netskel.topology import Topology
+
+log = logging.getLogger(__name__)
+
+COUNTER_HISTORY = 6000  # samples kept per endpoint: 10 min at 10 Hz
+
+
+@dataclass(frozen=True)
+class ListUpdate:
+    version: int
+    full: bool
+    diff: ListDiff
+
+
+ReportEvent = Sequence[WindowStats] | AgentState
+
+
+class ControllerState:
+    def __init__(self, topo: Topology, store: Store | None, now: float,
+                 heartbeat_timeout: float = 15.0, feed_queue: int = 10000) -> None:
+        self.topo = topo
+        self.store = store
+        self.heartbeat_timeout = heartbeat_timeout
+        self._feed_queue = feed_queue
+        self._lock = threading.RLock()
+        self._list_subs: dict[str, list[queue.Queue[ListUpdate]]] = {}
+        self._feed_subs: list[queue.Queue[ReportEvent]] = []
+        self.counters: dict[str, deque[CounterSample]] = {}
+        self._live: dict[str, bool] = {}
+        self.regs: dict[str, Registration] = {}
+        self.lists: dict[str, PingList] = {}
+        self.versions: dict[str, int] = {}
+        if store is not None:
+            # A restart: registrations are kept, their heartbeats start afresh.
+            self.regs = {c: r.with_heartbeat(r.ready, now)
+                         for c, r in store.load_registrations().items()}
+            for c, (version, plist) in store.load_lists().items():
+                self.lists[c] = plist
+                self.versions[c] = version
+        self._recompute()
+        log.info("controller state: %d registrations, %d lists",
+                 len(self.regs), len(self.lists))
+
+    # -- membership ---------------------------------------------------------
+    def _members(self) -> dict[str, Member]:
+        members: dict[str, Member] = {}
+        for c in self.topo.containers.values():
+            eps = tuple(MemberEndpoint(id=e.id, nic=e.nic, host=c.host,
+                                       rail=self.topo.nics[e.nic].rail, ip=e.ip or "")
+                        for e in c.endpoints)
+            members[c.id] = Member(id=c.id, job=c.job, host=c.host, endpoints=eps,
+                                   probe_port=0, active=False)
+        for r in self.regs.values():
+            eps = tuple(MemberEndpoint(id=e.id, nic=e.nic, host=r.host,
+                                       rail=self.topo.nics[e.nic].rail, ip=e.ip)
+                        for e in r.endpoints)
+            members[r.container] = Member(id=r.container, job=r.job, host=r.host, endpoints=eps,
+                                          probe_port=r.probe_port, active=r.ready)
+        return members
+
+    def _recompute(self) -> None:
+        new_lists = build_lists(self._members())
+        changed: dict[str, tuple[int, PingList]] = {}
+        for cid in set(new_lists) | set(self.lists):
+            old = self.lists.get(cid, {})
+            new = new_lists.get(cid, {})
+            d = diff_lists(old, new)
+            if d or cid not in self.versions:
+                version = self.versions.get(cid, 0) + 1
+                self.versions[cid] = version
+                changed[cid] = (version, new)
+                for q in self._list_subs.get(cid, []):
+                    q.put(ListUpdate(version=version, full=False, diff=d))
+        self.lists = new_lists
+        for cid in [c for c in self.versions if c not in new_lists]:
+            del self.versions[cid]
+        if changed and self.store is not None:
+            self.store.save_lists(changed)
+        metrics.PINGLIST_TARGETS.set(sum(len(v) for v in self.lists.values()))
+        metrics.PINGLIST_ACTIVE.set(sum(t.active for v in self.lists.values() for t in v.values()))
+
+    def register(self, reg: Registration, now: float) -> None:
+        with self._lock:
+            validate_registration(reg, self.topo, self.regs)
+            prev = self.regs.get(reg.container)
+            # Re-registering keeps readiness only if the agent says so again.
+            reg = reg.with_heartbeat(ready=False, now=now)
+            self.regs[reg.container] = reg
+            self._live[reg.container] = True
+            if self.store is not None:
+                self.store.save_registration(reg)
+            if prev is None or prev != reg:
+                self._recompute()
+            self._publish(self._agent_state(reg, now))
+            metrics.AGENTS_REGISTERED.set(len(self.regs))
+
+    def heartbeat(self, container: str, ready: bool, now: float) -> bool:
+        """Record liveness; False when the container is unknown (re-register)."""
+        with self._lock:
+            reg = self.regs.get(container)
+            if reg is None:
+                return False
+            was_live = self._live.get(container, True)
+            self.regs[container] = reg.with_heartbeat(ready, now)
+            self._live[container] = True
+            if reg.ready != ready:
+                if self.store is not None:
+                    self.store.save_registration(self.regs[container])
+                self._recompute()
+            if reg.ready != ready or not was_live:
+                self._publish(self._agent_state(self.regs[container], now))
+            return True
+
+    def deregister(self, container: str, now: float) -> None:
+        with self._lock:
+            reg = self.regs.pop(container, None)
+            if reg is None:
+                raise NotFoundError(f"unknown container '{container}'")
+            self._live.pop(container, None)
+            if self.store is not None:
+                self.store.delete_registration(container)
+            self._recompute()
+            self._publish(AgentState(container=container,
+                                     endpoints=tuple(e.id for e in reg.endpoints),
+                                     registered=False, ready=False, last_heartbeat=now))
+            metrics.AGENTS_REGISTERED.set(len(self.regs))
+
+    def expire(self, now: float) -> list[str]:
+        """Agents silent for longer than the timeout: announce them to the
+        analyzer (a crashed agent is not a network fault). Their targets stay
+        in the lists so a real outage keeps showing."""
+        with self._lock:
+            gone = [c for c, r in self.regs.items()
+                    if self._live.get(c, True) and now - r.last_heartbeat > self.heartbeat_timeout]
+            for c in gone:
+                self._live[c] = False
+                self._publish(self._agent_state(self.regs[c], now))
+            return gone
+
+    def _agent_state(self, reg: Registration, now: float) -> AgentState:
+        live = self._live.get(reg.container, True)
+        return AgentState(container=reg.container, endpoints=tuple(e.id for e in reg.endpoints),
+                          registered=True, ready=reg.ready and live,
+                          last_heartbeat=reg.last_heartbeat)
+
+    def agent_states(self, now: float) -> list[AgentState]:
+        with self._lock:
+            return [self._agent_state(r, now) for r in self.regs.values()]
+
+    # -- ping-list streams --------------------------------------------------
+    def subscribe_list(self, container: str) -> tuple[queue.Queue[ListUpdate], ListUpdate]:
+        """A queue of future diffs plus the full list now, atomically."""
+        with self._lock:
+            if container not in self.lists:
+                raise NotFoundError(f"unknown container '{container}'")
+            q: queue.Queue[ListUpdate] = queue.Queue()
+            self._list_subs.setdefault(container, []).append(q)
+            plist = self.lists[container]
+            snapshot = ListUpdate(version=self.versions[container], full=True,
+                                  diff=ListDiff(upsert=tuple(plist[k] for k in sorted(plist)),
+                                                remove=()))
+            return q, snapshot
+
+    def unsubscribe_list(self, container: str, q: queue.Queue[ListUpdate]) -> None:
+        with self._lock:
+            subs = self._list_subs.get(container, [])
+            if q in subs:
+                subs.remove(q)
+
+    # -- reports ------------------------------------------------------------
+    def accept_windows(self, container: str, windows: Sequence[WindowStats]) -> tuple[int, int]:
+        with self._lock:
+            reg = self.regs.get(container)
+            if reg is None:
+                raise NotFoundError(f"unknown container '{container}'")
+            own = {e.id for e in reg.endpoints}
+            good = []
+            for w in windows:
+                reason = w.problem() or (None if w.src in own else f"src '{w.src}' is not "
+                                         f"an endpoint of '{container}'")
+                if reason is None:
+                    good.append(w)
+                else:
+                    log.warning("window from %s rejected: %s", container, reason)
+                    metrics.REPORTS_REJECTED.labels(kind="window").inc()
+            if good:
+                self._publish(good)
+            metrics.REPORTS_ACCEPTED.labels(kind="window").inc(len(good))
+            return len(good), len(windows) - len(good)
+
+    def accept_counters(self, container: str, samples: Sequence[CounterSample]) -> tuple[int, int]:
+        with self._lock:
+            reg = self.regs.get(container)
+            if reg is None:
+                raise NotFoundError(f"unknown container '{container}'")
+            own = {e.id for e in reg.endpoints}
+            ok = 0
+            for s in samples:
+                if s.problem() is None and s.endpoint in own:
+                    self.counters.setdefault(s.endpoint, deque(maxlen=COUNTER_HISTORY)).append(s)
+                    ok += 1
+                else:
+                    metrics.REPORTS_REJECTED.labels(kind="counter").inc()
+            metrics.REPORTS_ACCEPTED.labels(kind="counter").inc(ok)
+            return ok, len(samples) - ok
+
+    def subscribe_feed(self, now: float) -> queue.Queue[ReportEvent]:
+        """Reports for the analyzer, starting with every agent's state."""
+        with self._lock:
+            q: queue.Queue[ReportEvent] = queue.Queue(maxsize=self._feed_queue)
+            for s in self.agent_states(now):
+                q.put(s)
+            self._feed_subs.append(q)
+            return q
+
+    def unsubscribe_feed(self, q: queue.Queue[ReportEvent]) -> None:
+        with self._lock:
+            if q in self._feed_subs:
+                self._feed_subs.remove(q)
+
+    def _publish(self, event: ReportEvent) -> None:
+        for q in self._feed_subs:
+            try:
+                q.put_nowait(event)
+            except queue.Full:
+                metrics.FEED_DROPPED.inc()

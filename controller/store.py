@@ -1,0 +1,71 @@
+"""SQLite persistence for registrations and ping lists, so a restarted
+controller loses nothing and agents simply reconnect."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from controller.pinglist import PingList, Target
+from controller.registration import RegEndpoint, Registration
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS registrations (container TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pinglists (
+    container TEXT PRIMARY KEY, version INTEGER NOT NULL, doc TEXT NOT NULL);
+"""
+
+
+class Store:
+    def __init__(self, path: str | Path) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def save_registration(self, reg: Registration) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO registrations VALUES (?, ?)",
+                             (reg.container, json.dumps(asdict(reg))))
+
+    def delete_registration(self, container: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM registrations WHERE container = ?", (container,))
+
+    def load_registrations(self) -> dict[str, Registration]:
+        with self._lock:
+            rows = self._db.execute("SELECT doc FROM registrations").fetchall()
+        regs = {}
+        for (doc,) in rows:
+            d = json.loads(doc)
+            d["endpoints"] = tuple(RegEndpoint(**e) for e in d["endpoints"])
+            reg = Registration(**d)
+            regs[reg.container] = reg
+        return regs
+
+    def save_lists(self, changed: dict[str, tuple[int, PingList]]) -> None:
+        """Write the changed lists in one transaction."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            for container, (version, plist) in changed.items():
+                doc = json.dumps([asdict(t) for t in plist.values()])
+                self._db.execute("INSERT OR REPLACE INTO pinglists VALUES (?, ?, ?)",
+                                 (container, version, doc))
+            self._db.execute("COMMIT")
+
+    def load_lists(self) -> dict[str, tuple[int, PingList]]:
+        with self._lock:
+            rows = self._db.execute("SELECT container, version, doc FROM pinglists").fetchall()
+        out = {}
+        for container, version, doc in rows:
+            targets = [Target(**t) for t in json.loads(doc)]
+            out[container] = (int(version), {t.key: t for t in targets})
+        return out

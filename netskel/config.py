@@ -1,0 +1,117 @@
+"""Typed configuration. Defaults are documented here; a file may override
+them (TOML, one table per component) and unknown keys are rejected so a typo
+never silently keeps a default."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from netskel.errors import InputError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    topology: str = ""                 # contract section 1 file
+    listen: tuple[str, ...] = ("127.0.0.1:7000",)  # gRPC addresses (unix:PATH allowed)
+    db: str = "netskel-controller.sqlite"  # SQLite file; ":memory:" keeps nothing
+    heartbeat_interval_ms: int = 1000  # how often agents say they are alive
+    heartbeat_timeout_s: float = 10.0  # silence after which an agent counts as gone
+    window_seconds: int = 30           # statistics window the agents report
+    metrics_port: int = 0              # Prometheus /metrics; 0 = off
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    controller: str = "127.0.0.1:7000"  # gRPC target of the controller
+    container: str = ""
+    job: str = ""
+    host: str = ""
+    # "ID,NIC,IP,IFNAME" per endpoint of this container
+    endpoints: tuple[str, ...] = ()
+    probe_port: int = 7100             # UDP port the responder answers on
+    probe_rate_hz: float = 10.0        # probes per second per target
+    probe_timeout_s: float = 1.0       # a probe unanswered this long is lost
+    sizes: tuple[int, ...] = (64, 256, 1024, 2048, 4096)  # payload bytes, capped by the MTU
+    counter_hz: float = 10.0           # NIC byte-counter sampling rate
+    window_seconds: int = 30           # overridden by the controller at registration
+    metrics_port: int = 0
+
+
+@dataclass(frozen=True)
+class AnalyzerConfig:
+    topology: str = ""
+    controller: str = "127.0.0.1:7000"  # where the report feed comes from
+    listen: tuple[str, ...] = ("127.0.0.1:7001",)  # NetDiag gRPC addresses
+    loss_baseline: float = 0.001       # loss rate a healthy path may show
+    loss_alpha: float = 1e-4           # binomial test level for a lossy window
+    persist_windows: int = 1           # lossy windows in a row before an incident opens
+    history_seconds: float = 900.0     # windows kept per pair for Diagnose
+    metrics_port: int = 0
+
+
+@dataclass(frozen=True)
+class Config:
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    analyzer: AnalyzerConfig = field(default_factory=AnalyzerConfig)
+
+
+def _build(cls: type[T], raw: Any, where: str) -> T:
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: expected a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise InputError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    kwargs: dict[str, Any] = {}
+    defaults = cls()
+    for k, v in raw.items():
+        default = getattr(defaults, k)
+        if dataclasses.is_dataclass(default):
+            kwargs[k] = _build(type(default), v, f"{where}.{k}")
+            continue
+        if isinstance(default, tuple):
+            if not isinstance(v, list):
+                raise InputError(f"{where}.{k}: expected a list")
+            v = tuple(v)
+        elif isinstance(default, bool) or not isinstance(v, type(default)):
+            if not (isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool)):
+                raise InputError(f"{where}.{k}: expected {type(default).__name__}, "
+                                 f"got {type(v).__name__}")
+        kwargs[k] = v
+    return dataclasses.replace(defaults, **kwargs)  # type: ignore[type-var]
+
+
+def load_config(path: str | Path) -> Config:
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{p}: malformed TOML: {e}") from None
+    return _build(Config, raw, str(p))
+
+
+class Reloadable:
+    """Holds the last good config: a bad reload is reported and ignored."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.current = load_config(self.path)
+        self.last_error: str | None = None
+
+    def reload(self) -> bool:
+        try:
+            self.current = load_config(self.path)
+        except InputError as e:
+            self.last_error = str(e)
+            return False
+        self.last_error = None
+        return True

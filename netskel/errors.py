@@ -1,0 +1,14 @@
+"""Domain errors. Servers map them to gRPC status codes; the CLI prints them
+as one line. Anything else escaping is a bug."""
+
+
+class NetskelError(Exception):
+    """Base of the errors a user can cause and fix."""
+
+
+class InputError(NetskelError):
+    """A file or message does not follow its contract."""
+
+
+class NotFoundError(NetskelError):
+    """An id names nothing we know."""

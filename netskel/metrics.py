@@ -1,0 +1,31 @@
+"""Every Prometheus metric netskel exports, in one place.
+
+Label sets are bounded: size classes, protocols, report kinds, and the
+agent's own endpoints (a handful per container) — never a probe pair."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# controller
+AGENTS_REGISTERED = Gauge("netskel_agents_registered", "Containers with a registered agent")
+PINGLIST_TARGETS = Gauge("netskel_pinglist_targets", "Targets across all ping lists")
+PINGLIST_ACTIVE = Gauge("netskel_pinglist_active_targets", "Targets whose agent is ready")
+REPORTS_ACCEPTED = Counter("netskel_reports_accepted_total", "Report items accepted", ["kind"])
+REPORTS_REJECTED = Counter("netskel_reports_rejected_total", "Report items rejected", ["kind"])
+FEED_DROPPED = Counter("netskel_feed_dropped_total", "Report events dropped for a slow analyzer")
+
+# agent
+PROBES_SENT = Counter("netskel_probes_sent_total", "Probes sent", ["proto", "size"])
+PROBES_LOST = Counter("netskel_probes_lost_total", "Probes without a reply in time",
+                      ["proto", "size"])
+PROBE_RTT = Histogram("netskel_probe_rtt_microseconds", "Probe round-trip time", ["src"],
+                      buckets=(5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000))
+PROBES_ANSWERED = Counter("netskel_probes_answered_total", "Probes echoed by the responder")
+CONTROLLER_RECONNECTS = Counter("netskel_controller_reconnects_total",
+                                "Times the agent reconnected to the controller")
+
+# analyzer
+INCIDENTS_OPEN = Gauge("netskel_incidents_open", "Incidents without an end")
+WINDOWS_ANALYZED = Counter("netskel_windows_analyzed_total", "Pair windows analysed")
+ANALYSIS_SECONDS = Histogram("netskel_analysis_seconds", "Time to analyse one batch of windows")

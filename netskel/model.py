@@ -1,0 +1,120 @@
+"""Domain objects that cross process boundaries. `netskel.serde` converts them
+to and from protobuf; nothing else touches generated code."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SYMPTOMS = ("loss", "latency", "degradation", "unreachable")
+LAYERS = ("underlay", "overlay", "nic", "host", "agent", "unknown")
+COMPONENT_TYPES = ("link", "switch", "nic", "vswitch_rule", "host", "endpoint", "agent")
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One probe target, one size class, one window. RTTs in microseconds."""
+
+    src: str
+    dst: str
+    window_start: float
+    window_end: float
+    size: int
+    sent: int
+    lost: int
+    rtt_min: float = math.nan
+    rtt_p25: float = math.nan
+    rtt_median: float = math.nan
+    rtt_p75: float = math.nan
+    rtt_mean: float = math.nan
+    rtt_std: float = math.nan
+    rtt_max: float = math.nan
+    proto: str = "udp"
+
+    def problem(self) -> str | None:
+        """Why this window cannot be trusted, or None. Bad windows are dropped
+        with this reason instead of poisoning a pair's history."""
+        if not self.src or not self.dst:
+            return "empty src or dst"
+        if self.src == self.dst:
+            return "src equals dst"
+        if not (math.isfinite(self.window_start) and math.isfinite(self.window_end)):
+            return "non-finite window bounds"
+        if self.window_end <= self.window_start:
+            return "window ends before it starts"
+        if self.sent < 0 or self.lost < 0 or self.lost > self.sent:
+            return f"impossible counts sent={self.sent} lost={self.lost}"
+        if self.sent == 0:
+            return "no probe sent"
+        if self.lost < self.sent:
+            stats = (self.rtt_min, self.rtt_p25, self.rtt_median, self.rtt_p75, self.rtt_max)
+            if not all(math.isfinite(v) and 0 <= v < 1e8 for v in (*stats, self.rtt_mean)):
+                return "RTT statistics missing, negative or absurd"
+            if any(b < a - 1e-6 for a, b in zip(stats, stats[1:], strict=False)):
+                return "RTT quantiles out of order"
+        return None
+
+
+@dataclass(frozen=True)
+class CounterSample:
+    endpoint: str
+    ts: float
+    tx_bytes: int
+    rx_bytes: int
+
+    def problem(self) -> str | None:
+        if not self.endpoint:
+            return "empty endpoint"
+        if not math.isfinite(self.ts) or self.ts <= 0:
+            return "bad timestamp"
+        if self.tx_bytes < 0 or self.rx_bytes < 0:
+            return "negative counter"
+        return None
+
+
+@dataclass(frozen=True)
+class AgentState:
+    container: str
+    endpoints: tuple[str, ...]
+    registered: bool
+    ready: bool
+    last_heartbeat: float
+
+
+@dataclass(frozen=True)
+class Component:
+    type: str
+    id: str
+
+
+@dataclass
+class Incident:
+    id: str
+    start: float
+    end: float | None
+    symptom: str
+    layer: str
+    component: Component
+    pairs: list[tuple[str, str]]
+    confidence: float
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_doc(self) -> dict[str, Any]:
+        """Contract section 5 form."""
+        return {
+            "id": self.id,
+            "start": self.start,
+            "end": self.end,
+            "symptom": self.symptom,
+            "layer": self.layer,
+            "component": {"type": self.component.type, "id": self.component.id},
+            "pairs": [list(p) for p in self.pairs],
+            "confidence": self.confidence,
+            "evidence": self.evidence,
+        }
+
+
+def pair_key(a: str, b: str) -> tuple[str, str]:
+    """Pairs are unordered: one canonical order for dict keys."""
+    return (a, b) if a <= b else (b, a)

@@ -1,0 +1,130 @@
+"""The one place that converts protobuf messages to domain objects and back."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from google.protobuf import json_format, struct_pb2
+
+from controller.pinglist import Target
+from controller.registration import RegEndpoint, Registration
+from controller.state import ListUpdate
+from netskel.api.v1 import common_pb2 as cpb
+from netskel.api.v1 import controller_pb2 as pb
+from netskel.api.v1 import netdiag_pb2 as dpb
+from netskel.model import AgentState, Component, CounterSample, Incident, WindowStats, pair_key
+
+_SYMPTOM = {"loss": cpb.SYMPTOM_LOSS, "latency": cpb.SYMPTOM_LATENCY,
+            "degradation": cpb.SYMPTOM_DEGRADATION, "unreachable": cpb.SYMPTOM_UNREACHABLE}
+_LAYER = {"underlay": cpb.LAYER_UNDERLAY, "overlay": cpb.LAYER_OVERLAY, "nic": cpb.LAYER_NIC,
+          "host": cpb.LAYER_HOST, "agent": cpb.LAYER_AGENT, "unknown": cpb.LAYER_UNKNOWN}
+_CTYPE = {"link": cpb.COMPONENT_TYPE_LINK, "switch": cpb.COMPONENT_TYPE_SWITCH,
+          "nic": cpb.COMPONENT_TYPE_NIC, "vswitch_rule": cpb.COMPONENT_TYPE_VSWITCH_RULE,
+          "host": cpb.COMPONENT_TYPE_HOST, "endpoint": cpb.COMPONENT_TYPE_ENDPOINT,
+          "agent": cpb.COMPONENT_TYPE_AGENT}
+_SYMPTOM_R = {v: k for k, v in _SYMPTOM.items()}
+_LAYER_R = {v: k for k, v in _LAYER.items()}
+_CTYPE_R = {v: k for k, v in _CTYPE.items()}
+VERDICTS = {"NETWORK_OK": dpb.NETWORK_OK, "NETWORK_FAULT": dpb.NETWORK_FAULT,
+            "INCONCLUSIVE": dpb.INCONCLUSIVE}
+VERDICT_NAMES = {v: k for k, v in VERDICTS.items()}
+
+_STATS = ("rtt_min", "rtt_p25", "rtt_median", "rtt_p75", "rtt_mean", "rtt_std", "rtt_max")
+
+
+# -- registration -------------------------------------------------------------
+def registration_to_pb(reg: Registration) -> pb.RegisterRequest:
+    return pb.RegisterRequest(
+        container=reg.container, job=reg.job or "", host=reg.host, probe_port=reg.probe_port,
+        agent_version=reg.agent_version,
+        endpoints=[pb.EndpointInfo(id=e.id, nic=e.nic, ip=e.ip, vni=e.vni or 0, ifname=e.ifname)
+                   for e in reg.endpoints])
+
+
+def registration_from_pb(m: pb.RegisterRequest) -> Registration:
+    return Registration(
+        container=m.container, job=m.job or None, host=m.host, probe_port=m.probe_port,
+        agent_version=m.agent_version,
+        endpoints=tuple(RegEndpoint(id=e.id, nic=e.nic, ip=e.ip, vni=e.vni or None,
+                                    ifname=e.ifname) for e in m.endpoints))
+
+
+# -- ping lists ---------------------------------------------------------------
+def target_to_pb(t: Target) -> pb.PingTarget:
+    return pb.PingTarget(src=t.src, dst=t.dst, dst_ip=t.dst_ip, dst_port=t.dst_port,
+                         active=t.active)
+
+
+def target_from_pb(m: pb.PingTarget) -> Target:
+    return Target(src=m.src, dst=m.dst, dst_ip=m.dst_ip, dst_port=m.dst_port, active=m.active)
+
+
+def list_update_to_pb(u: ListUpdate) -> pb.PingListUpdate:
+    return pb.PingListUpdate(
+        version=u.version, full=u.full,
+        upsert=[target_to_pb(t) for t in u.diff.upsert],
+        remove=[pb.PingTarget(src=s, dst=d) for s, d in u.diff.remove])
+
+
+# -- reports ------------------------------------------------------------------
+def window_to_pb(w: WindowStats) -> cpb.WindowStats:
+    m = cpb.WindowStats(src=w.src, dst=w.dst, window_start=w.window_start,
+                        window_end=w.window_end, size=w.size, sent=w.sent, lost=w.lost,
+                        proto=w.proto)
+    for k in _STATS:
+        setattr(m, k, getattr(w, k))
+    return m
+
+
+def window_from_pb(m: cpb.WindowStats) -> WindowStats:
+    stats = {k: getattr(m, k) for k in _STATS}
+    if m.lost >= m.sent:
+        stats = {k: math.nan for k in _STATS}
+    return WindowStats(src=m.src, dst=m.dst, window_start=m.window_start,
+                       window_end=m.window_end, size=m.size, sent=m.sent, lost=m.lost,
+                       proto=m.proto or "udp", **stats)
+
+
+def counter_to_pb(s: CounterSample) -> pb.CounterSample:
+    return pb.CounterSample(endpoint=s.endpoint, ts=s.ts, tx_bytes=s.tx_bytes,
+                            rx_bytes=s.rx_bytes)
+
+
+def counter_from_pb(m: pb.CounterSample) -> CounterSample:
+    return CounterSample(endpoint=m.endpoint, ts=m.ts, tx_bytes=m.tx_bytes, rx_bytes=m.rx_bytes)
+
+
+def agent_state_to_pb(s: AgentState) -> pb.AgentState:
+    return pb.AgentState(container=s.container, endpoints=list(s.endpoints),
+                         registered=s.registered, ready=s.ready, last_heartbeat=s.last_heartbeat)
+
+
+def agent_state_from_pb(m: pb.AgentState) -> AgentState:
+    return AgentState(container=m.container, endpoints=tuple(m.endpoints),
+                      registered=m.registered, ready=m.ready, last_heartbeat=m.last_heartbeat)
+
+
+# -- incidents ----------------------------------------------------------------
+def incident_to_pb(i: Incident) -> cpb.Incident:
+    evidence = struct_pb2.Struct()
+    json_format.ParseDict(i.evidence, evidence)
+    m = cpb.Incident(id=i.id, start=i.start, symptom=_SYMPTOM[i.symptom], layer=_LAYER[i.layer],
+                     component=cpb.Component(type=_CTYPE[i.component.type], id=i.component.id),
+                     pairs=[cpb.EndpointPair(a=a, b=b) for a, b in i.pairs],
+                     confidence=i.confidence, evidence=evidence)
+    if i.end is not None:
+        m.end = i.end
+    return m
+
+
+def incident_from_pb(m: cpb.Incident) -> Incident:
+    return Incident(id=m.id, start=m.start, end=m.end if m.HasField("end") else None,
+                    symptom=_SYMPTOM_R[m.symptom], layer=_LAYER_R[m.layer],
+                    component=Component(type=_CTYPE_R[m.component.type], id=m.component.id),
+                    pairs=[(p.a, p.b) for p in m.pairs], confidence=m.confidence,
+                    evidence=json_format.MessageToDict(m.evidence))
+
+
+def pairs_from_pb(pairs: Iterable[cpb.EndpointPair]) -> list[tuple[str, str]]:
+    return [pair_key(p.a, p.b) for p in pairs]

@@ -1,0 +1,256 @@
+"""The sidecar: registers, follows its ping list, probes, answers, reports.
+
+The controller may go away at any time; the agent keeps probing and keeps
+its statistics queued (bounded) and reconnects with backoff."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+
+from controller.pinglist import Target
+from controller.registration import RegEndpoint, Registration
+from netskel import metrics, serde
+from netskel.api.v1 import controller_pb2 as pb
+from netskel.api.v1 import controller_pb2_grpc as pb_grpc
+from netskel.config import AgentConfig
+from netskel.errors import InputError
+from netskel.model import CounterSample, WindowStats
+from probe_agent import counters, wire
+from probe_agent.udp import ProbeTarget, Prober, Responder
+from probe_agent.window import WindowAccumulator
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+REPORT_QUEUE = 10000
+UDP_IP_OVERHEAD = 28
+
+
+def parse_endpoint(spec: str) -> RegEndpoint:
+    """`ID,NIC,IP[,IFNAME]` as given on the command line or in NETSKEL_ENDPOINTS."""
+    parts = spec.split(",")
+    if len(parts) not in (3, 4) or not all(parts[:3]):
+        raise InputError(f"endpoint '{spec}': expected ID,NIC,IP[,IFNAME]")
+    return RegEndpoint(id=parts[0], nic=parts[1], ip=parts[2],
+                       ifname=parts[3] if len(parts) == 4 else "")
+
+
+def size_classes(sizes: tuple[int, ...], mtu: int | None) -> tuple[int, ...]:
+    """Configured sizes that fit one unfragmented datagram."""
+    cap = (mtu - UDP_IP_OVERHEAD) if mtu else 1500 - UDP_IP_OVERHEAD
+    kept = tuple(sorted({max(wire.MIN_SIZE, min(s, cap)) for s in sizes}))
+    return kept or (wire.MIN_SIZE,)
+
+
+@dataclass
+class Backoff:
+    base: float = 0.5
+    cap: float = 10.0
+    attempt: int = 0
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * 2 ** self.attempt)
+        self.attempt += 1
+        return delay * random.uniform(0.5, 1.0)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig) -> None:
+        if not cfg.container or not cfg.host:
+            raise InputError("agent: container and host are required")
+        self.cfg = cfg
+        self.endpoints = tuple(parse_endpoint(s) for s in cfg.endpoints)
+        if not self.endpoints:
+            raise InputError("agent: at least one endpoint is required")
+        self.window_s = float(cfg.window_seconds)
+        self.stop_event = threading.Event()
+        self.reports: queue.Queue[pb.AgentReport] = queue.Queue(maxsize=REPORT_QUEUE)
+        self.responder = Responder([e.ip for e in self.endpoints], cfg.probe_port)
+        self.probe_port = self.responder.port
+        sizes = {e.id: size_classes(cfg.sizes, counters.interface_mtu(e.ifname) if e.ifname
+                                    else None) for e in self.endpoints}
+        self._acc_lock = threading.Lock()
+        self.acc = WindowAccumulator(self.window_s, cfg.probe_timeout_s)
+        self.prober = Prober({e.id: e.ip for e in self.endpoints}, sizes, cfg.probe_rate_hz,
+                             cfg.probe_timeout_s, self._on_sent, self._on_reply)
+        self.targets: dict[tuple[str, str], Target] = {}
+        self.list_version = 0
+        self.registered = False
+        self.ready = True  # the responder sockets are bound
+        self._threads: list[threading.Thread] = []
+
+    # -- probe bookkeeping --------------------------------------------------
+    def _on_sent(self, src: str, dst: str, size: int, t: float) -> None:
+        with self._acc_lock:
+            self.acc.sent(src, dst, size, t)
+
+    def _on_reply(self, src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+        with self._acc_lock:
+            self.acc.replied(src, dst, size, t, rtt_us)
+
+    def _enqueue(self, report: pb.AgentReport) -> None:
+        while True:
+            try:
+                self.reports.put_nowait(report)
+                return
+            except queue.Full:
+                try:  # keep the newest: drop the oldest
+                    self.reports.get_nowait()
+                except queue.Empty:
+                    pass
+
+    def _close_windows(self) -> list[WindowStats]:
+        with self._acc_lock:
+            return self.acc.close(time.time())
+
+    def _window_loop(self) -> None:
+        while not self.stop_event.wait(1.0):
+            done = self._close_windows()
+            if done:
+                self._enqueue(pb.AgentReport(container=self.cfg.container, windows=pb.WindowBatch(
+                    windows=[serde.window_to_pb(w) for w in done])))
+
+    def _counter_loop(self) -> None:
+        ifaces = {e.id: e.ifname for e in self.endpoints if e.ifname}
+        if not ifaces:
+            return
+        period = 1.0 / self.cfg.counter_hz
+        batch: list[CounterSample] = []
+        next_flush = time.monotonic() + 1.0
+        next_t = time.monotonic()
+        while not self.stop_event.is_set():
+            batch.extend(counters.sample(ifaces))
+            if time.monotonic() >= next_flush:
+                self._enqueue(pb.AgentReport(container=self.cfg.container, counters=pb.CounterBatch(
+                    samples=[serde.counter_to_pb(s) for s in batch])))
+                batch = []
+                next_flush += 1.0
+            next_t += period
+            self.stop_event.wait(max(0.0, next_t - time.monotonic()))
+
+    # -- ping list ----------------------------------------------------------
+    def apply_update(self, u: pb.PingListUpdate) -> None:
+        if u.full:
+            self.targets = {}
+        for m in u.upsert:
+            t = serde.target_from_pb(m)
+            self.targets[t.key] = t
+        for m in u.remove:
+            self.targets.pop((m.src, m.dst), None)
+        self.list_version = u.version
+        self.prober.set_targets(ProbeTarget(t.src, t.dst, t.dst_ip, t.dst_port)
+                                for t in self.targets.values() if t.active)
+        log.info("ping list v%d: %d targets, %d active", u.version, len(self.targets),
+                 sum(t.active for t in self.targets.values()))
+
+    # -- control session ----------------------------------------------------
+    def registration(self) -> Registration:
+        return Registration(container=self.cfg.container, job=self.cfg.job or None,
+                            host=self.cfg.host, endpoints=self.endpoints,
+                            probe_port=self.probe_port, agent_version=VERSION)
+
+    def _report_iter(self, end: threading.Event) -> Iterator[pb.AgentReport]:
+        while not end.is_set() and not self.stop_event.is_set():
+            try:
+                yield self.reports.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def _session(self, channel: grpc.Channel) -> None:
+        """One connection's life; returns when it breaks or the agent stops."""
+        stub = pb_grpc.ControllerStub(channel)
+        if self.registered:
+            known = stub.Heartbeat(pb.HeartbeatRequest(container=self.cfg.container,
+                                                       ready=self.ready), timeout=5).known
+            self.registered = known
+        if not self.registered:
+            resp = stub.Register(serde.registration_to_pb(self.registration()), timeout=5)
+            self.registered = True
+            self.heartbeat_s = resp.heartbeat_interval_ms / 1000 or 1.0
+            if resp.window_seconds and resp.window_seconds != self.window_s:
+                self.window_s = float(resp.window_seconds)
+                with self._acc_lock:
+                    self.acc = WindowAccumulator(self.window_s, self.cfg.probe_timeout_s)
+        end = threading.Event()
+        watch = stub.WatchPingList(pb.WatchPingListRequest(container=self.cfg.container))
+
+        def follow() -> None:
+            try:
+                for update in watch:
+                    self.apply_update(update)
+            except grpc.RpcError as e:
+                log.info("ping-list stream ended: %s", e.code())
+            finally:
+                end.set()
+
+        def report() -> None:
+            try:
+                stub.Report(self._report_iter(end))
+            except grpc.RpcError as e:
+                log.info("report stream ended: %s", e.code())
+            finally:
+                end.set()
+
+        threads = [threading.Thread(target=follow, daemon=True, name="watch"),
+                   threading.Thread(target=report, daemon=True, name="report")]
+        for t in threads:
+            t.start()
+        try:
+            while not end.is_set() and not self.stop_event.is_set():
+                known = stub.Heartbeat(pb.HeartbeatRequest(container=self.cfg.container,
+                                                           ready=self.ready),
+                                       timeout=max(2.0, 2 * self.heartbeat_s)).known
+                if not known:
+                    self.registered = False
+                    break
+                end.wait(self.heartbeat_s)
+        finally:
+            end.set()
+            watch.cancel()
+            for t in threads:
+                t.join(timeout=5)
+
+    def _control_loop(self) -> None:
+        backoff = Backoff()
+        self.heartbeat_s = 1.0
+        while not self.stop_event.is_set():
+            channel = grpc.insecure_channel(self.cfg.controller)
+            started = time.monotonic()
+            try:
+                self._session(channel)
+            except grpc.RpcError as e:
+                log.warning("controller %s: %s", self.cfg.controller, e.code())
+            finally:
+                channel.close()
+            if self.stop_event.is_set():
+                break
+            if time.monotonic() - started > 10:
+                backoff.reset()
+            metrics.CONTROLLER_RECONNECTS.inc()
+            self.stop_event.wait(backoff.next())
+
+    def start(self) -> None:
+        for name, fn in (("responder", lambda: self.responder.serve(self.stop_event)),
+                         ("prober", lambda: self.prober.run(self.stop_event)),
+                         ("windows", self._window_loop), ("counters", self._counter_loop),
+                         ("control", self._control_loop)):
+            t = threading.Thread(target=fn, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self._threads:
+            t.join(timeout=5)
+        self.prober.close()
+        self.responder.close()

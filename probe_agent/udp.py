@@ -1,0 +1,220 @@
+"""UDP responder and prober on real sockets, with kernel receive timestamps.
+
+One thread each serves every endpoint of the container through a selector.
+Probers stagger their first probe over one interval and jitter every
+interval by ±10 %, so a thousand agents started together do not probe in
+lock-step. A failed send is recorded as a lost probe, never raised."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import random
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from netskel import metrics
+from probe_agent import wire
+
+log = logging.getLogger(__name__)
+_TIMESPEC = struct.Struct("@qq")
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
+_MAX_DATAGRAM = 65535
+JITTER = 0.1
+
+
+def _open(ip: str, port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_TIMESTAMPNS, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    s.bind((ip, port))
+    s.setblocking(False)
+    return s
+
+
+def _recv(s: socket.socket) -> tuple[bytes, tuple[str, int], int] | None:
+    """One datagram with the kernel's receive time (ns); None when drained."""
+    try:
+        data, anc, _flags, addr = s.recvmsg(_MAX_DATAGRAM, _ANCILLARY)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError as e:  # ICMP errors surface here (ECONNREFUSED): not ours to raise
+        log.debug("recv error: %s", e)
+        return b"", ("", 0), 0
+    t_ns = time.time_ns()
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SO_TIMESTAMPNS:
+            sec, nsec = _TIMESPEC.unpack(payload[:_TIMESPEC.size])
+            t_ns = sec * 1_000_000_000 + nsec
+    return data, addr, t_ns
+
+
+class Responder:
+    """Echoes probes on every endpoint address."""
+
+    def __init__(self, addresses: Iterable[str], port: int) -> None:
+        self.sockets = [_open(ip, port) for ip in addresses]
+        self.port = self.sockets[0].getsockname()[1] if self.sockets else port
+        self._sel = selectors.DefaultSelector()
+        for s in self.sockets:
+            self._sel.register(s, selectors.EVENT_READ)
+        self.garbage = 0
+
+    def serve(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            for key, _ in self._sel.select(timeout=0.2):
+                sock: socket.socket = key.fileobj  # type: ignore[assignment]
+                while (got := _recv(sock)) is not None:
+                    data, addr, t_rx = got
+                    if not data:
+                        continue
+                    p = wire.decode(data)
+                    if p is None or p.kind != wire.KIND_PROBE:
+                        self.garbage += 1
+                        continue
+                    reply = wire.reply_to(data, time.time_ns() - t_rx)
+                    try:
+                        sock.sendto(reply, addr)
+                        metrics.PROBES_ANSWERED.inc()
+                    except OSError as e:
+                        log.debug("reply to %s failed: %s", addr, e)
+
+    def close(self) -> None:
+        self._sel.close()
+        for s in self.sockets:
+            s.close()
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    src: str
+    dst: str
+    dst_ip: str
+    dst_port: int
+
+
+# Called as on_sent(src, dst, size, t_send_s) and on_reply(src, dst, size, t_send_s, rtt_us).
+SentHook = Callable[[str, str, int, float], None]
+ReplyHook = Callable[[str, str, int, float, float], None]
+
+
+class Prober:
+    """Sends probes to the active targets of every local endpoint."""
+
+    def __init__(self, sources: dict[str, str], sizes: dict[str, tuple[int, ...]],
+                 rate_hz: float, timeout_s: float, on_sent: SentHook, on_reply: ReplyHook,
+                 rng: random.Random | None = None) -> None:
+        if rate_hz <= 0:
+            raise ValueError("probe rate must be positive")
+        self.sockets = {ep: _open(ip, 0) for ep, ip in sources.items()}
+        self.sizes = sizes
+        self.interval = 1.0 / rate_hz
+        self.timeout_s = timeout_s
+        self.on_sent = on_sent
+        self.on_reply = on_reply
+        self.rng = rng or random.Random()
+        self.token = int.from_bytes(os.urandom(8), "big")
+        self._sel = selectors.DefaultSelector()
+        for ep, s in self.sockets.items():
+            self._sel.register(s, selectors.EVENT_READ, ep)
+        self._lock = threading.Lock()
+        self._targets: dict[tuple[str, str], ProbeTarget] = {}
+        self._heap: list[tuple[float, int, tuple[str, str]]] = []
+        self._count: dict[tuple[str, str], int] = {}
+        self._seq = 0
+        # seq -> (target key, size, t_send_ns)
+        self._inflight: dict[int, tuple[tuple[str, str], int, int]] = {}
+
+    def set_targets(self, targets: Iterable[ProbeTarget]) -> None:
+        """Replace the probed set; new targets start at a random phase."""
+        now = time.monotonic()
+        with self._lock:
+            new = {(t.src, t.dst): t for t in targets if t.src in self.sockets}
+            for k in new:
+                if k not in self._targets:
+                    heapq.heappush(self._heap, (now + self.rng.uniform(0, self.interval),
+                                                self.rng.getrandbits(32), k))
+            self._targets = new
+
+    def targets(self) -> list[ProbeTarget]:
+        with self._lock:
+            return list(self._targets.values())
+
+    def _send_due(self, now: float) -> float:
+        """Send what is due; return when the next probe is due."""
+        while True:
+            with self._lock:
+                if not self._heap:
+                    return now + 0.2
+                due, _, key = self._heap[0]
+                if due > now:
+                    return due
+                heapq.heappop(self._heap)
+                target = self._targets.get(key)
+                if target is None:
+                    continue  # removed since it was scheduled
+                step = self.interval * (1 + self.rng.uniform(-JITTER, JITTER))
+                heapq.heappush(self._heap, (max(due + step, now), self.rng.getrandbits(32), key))
+            self._probe(target)
+
+    def _probe(self, t: ProbeTarget) -> None:
+        sizes = self.sizes[t.src]
+        key = (t.src, t.dst)
+        n = self._count.get(key, 0)
+        self._count[key] = n + 1
+        size = sizes[n % len(sizes)]
+        self._seq += 1
+        t_ns = time.time_ns()
+        packet = wire.encode(wire.Probe(kind=wire.KIND_PROBE, size=size, seq=self._seq,
+                                        token=self.token, t_send_ns=t_ns))
+        self._inflight[self._seq] = (key, size, t_ns)
+        self.on_sent(t.src, t.dst, size, t_ns / 1e9)
+        metrics.PROBES_SENT.labels(proto="udp", size=str(size)).inc()
+        try:
+            self.sockets[t.src].sendto(packet, (t.dst_ip, t.dst_port))
+        except OSError as e:  # unreachable, no route, buffer full: a lost probe
+            log.debug("probe %s -> %s failed: %s", t.src, t.dst, e)
+
+    def _receive(self, sock: socket.socket) -> None:
+        while (got := _recv(sock)) is not None:
+            data, _addr, t_rx = got
+            p = wire.decode(data) if data else None
+            if p is None or p.kind != wire.KIND_REPLY or p.token != self.token:
+                continue
+            entry = self._inflight.pop(p.seq, None)
+            if entry is None or entry[2] != p.t_send_ns:
+                continue
+            (src, dst), size, t_send = entry
+            rtt_us = (t_rx - t_send - p.dwell_ns) / 1e3
+            self.on_reply(src, dst, size, t_send / 1e9, rtt_us)
+            metrics.PROBE_RTT.labels(src=src).observe(rtt_us)
+
+    def _expire(self, now_ns: int) -> None:
+        limit = now_ns - int(self.timeout_s * 1e9)
+        stale = [s for s, (_, _, t) in self._inflight.items() if t < limit]
+        for s in stale:
+            _, size, _ = self._inflight.pop(s)
+            metrics.PROBES_LOST.labels(proto="udp", size=str(size)).inc()
+
+    def run(self, stop: threading.Event) -> None:
+        last_expire = 0.0
+        while not stop.is_set():
+            now = time.monotonic()
+            next_due = self._send_due(now)
+            wait = max(0.0, min(next_due - time.monotonic(), 0.2))
+            for key, _ in self._sel.select(timeout=wait):
+                self._receive(key.fileobj)  # type: ignore[arg-type]
+            if now - last_expire > 0.5:
+                self._expire(time.time_ns())
+                last_expire = now
+
+    def close(self) -> None:
+        self._sel.close()
+        for s in self.sockets.values():
+            s.close()

@@ -1,0 +1,53 @@
+"""The UDP probe packet. Fixed header, zero padding up to the probe size.
+
+The responder adds how long the probe sat with it (kernel receive to send),
+so the prober can subtract the responder's scheduling delay from the RTT."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+MAGIC = b"NSKP"
+VERSION = 1
+KIND_PROBE = 1
+KIND_REPLY = 2
+_HEADER = struct.Struct("!4sBBHQQQI")
+HEADER_SIZE = _HEADER.size  # 36
+MIN_SIZE = 64
+
+
+@dataclass(frozen=True)
+class Probe:
+    kind: int
+    size: int
+    seq: int
+    token: int
+    t_send_ns: int
+    dwell_ns: int = 0
+
+
+def encode(p: Probe) -> bytes:
+    head = _HEADER.pack(MAGIC, VERSION, p.kind, p.size, p.seq, p.token, p.t_send_ns, p.dwell_ns)
+    return head + bytes(p.size - HEADER_SIZE)
+
+
+def decode(data: bytes) -> Probe | None:
+    """None for anything that is not one of our probes: garbage is dropped,
+    never raised."""
+    if len(data) < HEADER_SIZE:
+        return None
+    magic, version, kind, size, seq, token, t_send, dwell = _HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION or kind not in (KIND_PROBE, KIND_REPLY):
+        return None
+    if size != len(data):
+        return None
+    return Probe(kind=kind, size=size, seq=seq, token=token, t_send_ns=t_send, dwell_ns=dwell)
+
+
+def reply_to(data: bytes, dwell_ns: int) -> bytes:
+    """The echo of a probe: same bytes, kind and dwell changed."""
+    head = bytearray(data[:HEADER_SIZE])
+    struct.pack_into("!B", head, 5, KIND_REPLY)
+    struct.pack_into("!I", head, HEADER_SIZE - 4, max(0, min(dwell_ns, 0xFFFFFFFF)))
+    return bytes(head) + data[HEADER_SIZE:]
