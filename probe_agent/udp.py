@@ -24,6 +24,8 @@ from probe_agent import wire
 
 log = logging.getLogger(__name__)
 _TIMESPEC = struct.Struct("@qq")
+# Linux asm-generic value; Python's socket module does not export it.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
 _MAX_DATAGRAM = 65535
 JITTER = 0.1
@@ -31,7 +33,7 @@ JITTER = 0.1
 
 def _open(ip: str, port: int) -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_TIMESTAMPNS, 1)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     s.bind((ip, port))
     s.setblocking(False)
@@ -49,7 +51,7 @@ def _recv(s: socket.socket) -> tuple[bytes, tuple[str, int], int] | None:
         return b"", ("", 0), 0
     t_ns = time.time_ns()
     for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SO_TIMESTAMPNS:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
             sec, nsec = _TIMESPEC.unpack(payload[:_TIMESPEC.size])
             t_ns = sec * 1_000_000_000 + nsec
     return data, addr, t_ns

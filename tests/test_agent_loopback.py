@@ -1,0 +1,124 @@
+"""Agents and controller over real sockets on loopback addresses."""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+
+import grpc
+import pytest
+
+from controller.server import start_controller
+from netskel import serde
+from netskel.api.v1 import controller_pb2 as pb
+from netskel.api.v1 import controller_pb2_grpc as pb_grpc
+from netskel.config import AgentConfig, ControllerConfig
+from probe_agent.agent import Agent
+from tests.helpers import wait_for
+
+
+def agent_cfg(topo_doc, h: int, target: str, **kw) -> AgentConfig:
+    c = topo_doc["containers"][h]
+    return AgentConfig(controller=target, container=c["id"], job=c["job"], host=c["host"],
+                       endpoints=tuple(f"{e['id']},{e['nic']},{e['ip']}" for e in c["endpoints"]),
+                       probe_port=7100, probe_rate_hz=20, probe_timeout_s=0.3,
+                       sizes=(64, 1024), **kw)
+
+
+class Feed:
+    """The analyzer's view: every event of WatchReports, collected."""
+
+    def __init__(self, target: str) -> None:
+        self.channel = grpc.insecure_channel(target)
+        self.stream = pb_grpc.ControllerStub(self.channel).WatchReports(pb.WatchReportsRequest())
+        self.windows: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for ev in self.stream:
+                if ev.HasField("windows"):
+                    for w in ev.windows.windows:
+                        self.windows.put(serde.window_from_pb(w))
+        except grpc.RpcError:
+            pass
+
+    def drain(self) -> list:
+        out = []
+        while True:
+            try:
+                out.append(self.windows.get_nowait())
+            except queue.Empty:
+                return out
+
+    def close(self) -> None:
+        self.stream.cancel()
+        self.channel.close()
+
+
+@pytest.fixture
+def sock(tmp_path):
+    return f"unix:{tmp_path}/controller.sock"
+
+
+def test_probe_windows_flow_and_late_container_is_not_probed_early(topo_file, topo_doc,
+                                                                   tmp_path, sock):
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
+                                            db=str(tmp_path / "c.sqlite"), window_seconds=1,
+                                            heartbeat_interval_ms=200))
+    feed = Feed(sock)
+    agents = [Agent(agent_cfg(topo_doc, h, sock)) for h in range(3)]
+    late = None
+    try:
+        for a in agents:
+            a.start()
+        late_eps = {e["id"] for e in topo_doc["containers"][3]["endpoints"]}
+        seen = []
+
+        def healthy_windows():
+            seen.extend(feed.drain())
+            return [w for w in seen if w.lost == 0 and w.sent > 0]
+        wait_for(lambda: len(healthy_windows()) >= 6, 20, "windows from the first three agents")
+        assert not any(w.dst in late_eps for w in seen), "probed before activation"
+        for w in healthy_windows():
+            assert 0 < w.rtt_min <= w.rtt_median <= w.rtt_max < 50_000
+            assert math.isfinite(w.rtt_std) and w.size in (64, 1024)
+
+        late = Agent(agent_cfg(topo_doc, 3, sock))
+        late.start()
+        wait_for(lambda: any(w.dst in late_eps and w.sent > 0 for w in healthy_windows()), 20,
+                 "probes to the late container once it is ready")
+        assert not any(w.dst in late_eps and w.lost == w.sent for w in seen)
+    finally:
+        feed.close()
+        for a in [*agents, *([late] if late else [])]:
+            a.stop()
+        ctl.stop(0)
+
+
+def test_agent_survives_controller_restart(topo_file, topo_doc, tmp_path, sock):
+    cfg = ControllerConfig(topology=str(topo_file), listen=(sock,), db=str(tmp_path / "c.sqlite"),
+                           window_seconds=1, heartbeat_interval_ms=200)
+    ctl = start_controller(cfg)
+    agents = [Agent(agent_cfg(topo_doc, h, sock)) for h in range(2)]
+    try:
+        for a in agents:
+            a.start()
+        wait_for(lambda: all(a.list_version and any(t.active for t in a.targets.values())
+                             for a in agents if a.targets) and agents[0].list_version,
+                 20, "lists with active targets")
+        lists_before = {a.cfg.container: dict(a.targets) for a in agents}
+        ctl.stop(0)
+        ctl = start_controller(cfg)
+        # Agents reconnect on their own; the feed shows their windows again.
+        feed = Feed(sock)
+        wait_for(lambda: any(w.sent > 0 for w in feed.drain()), 30, "reports after the restart")
+        feed.close()
+        assert {a.cfg.container: dict(a.targets) for a in agents} == lists_before
+        assert set(ctl.state.regs) == {"job7-w000", "job7-w001"}
+    finally:
+        for a in agents:
+            a.stop()
+        ctl.stop(0)

@@ -1,0 +1,152 @@
+"""The controller over real gRPC on port 0."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from controller.server import start_controller
+from netskel.api.v1 import controller_pb2 as pb
+from netskel.api.v1 import controller_pb2_grpc as pb_grpc
+from netskel.config import ControllerConfig
+from tests.helpers import wait_for
+
+
+def _cfg(topo_file: Path, db: Path) -> ControllerConfig:
+    return ControllerConfig(topology=str(topo_file), listen=("127.0.0.1:0",), db=str(db),
+                            heartbeat_timeout_s=2.0)
+
+
+@pytest.fixture
+def controller(topo_file, tmp_path):
+    c = start_controller(_cfg(topo_file, tmp_path / "c.sqlite"))
+    yield c
+    c.stop(0)
+
+
+def _stub(port: int) -> tuple[grpc.Channel, pb_grpc.ControllerStub]:
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    return ch, pb_grpc.ControllerStub(ch)
+
+
+def _register(stub, topo_doc, h: int, port: int = 7100):
+    c = topo_doc["containers"][h]
+    stub.Register(pb.RegisterRequest(
+        container=c["id"], job=c["job"], host=c["host"], probe_port=port,
+        endpoints=[pb.EndpointInfo(id=e["id"], nic=e["nic"], ip=e["ip"]) for e in c["endpoints"]]))
+
+
+def test_health_and_reflection_are_served(controller):
+    ch = grpc.insecure_channel(f"127.0.0.1:{controller.ports[0]}")
+    health = health_pb2_grpc.HealthStub(ch)
+    resp = health.Check(health_pb2.HealthCheckRequest(service="netskel.api.v1.Controller"))
+    assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+    refl = reflection_pb2_grpc.ServerReflectionStub(ch)
+    out = list(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(
+        list_services="")])))
+    names = {s.name for s in out[0].list_services_response.service}
+    assert "netskel.api.v1.Controller" in names
+    ch.close()
+
+
+def test_list_arrives_at_once_and_targets_activate_on_ready(controller, topo_doc):
+    ch, stub = _stub(controller.ports[0])
+    _register(stub, topo_doc, 0)
+    stream = stub.WatchPingList(pb.WatchPingListRequest(container="job7-w000"))
+    first = next(stream)
+    assert first.full and first.upsert, "the whole list comes at once"
+    assert not any(t.active for t in first.upsert), "nobody else is ready yet"
+    dsts = {t.dst for t in first.upsert}
+    # One target's agent becomes ready: its entries, and only those, flip.
+    target_container = next(c["id"] for c in topo_doc["containers"]
+                            if any(e["id"] in dsts for e in c["endpoints"]))
+    h = int(target_container[-3:])
+    _register(stub, topo_doc, h, port=7123)
+    registered = next(stream)  # the target's real port is known, still inactive
+    assert registered.upsert and all(t.dst_port == 7123 and not t.active
+                                     for t in registered.upsert)
+    assert stub.Heartbeat(pb.HeartbeatRequest(container=target_container, ready=True)).known
+    update = next(stream)
+    assert not update.full and update.upsert and update.version > registered.version
+    assert all(t.active and t.dst.startswith(target_container + "/") for t in update.upsert)
+    stream.cancel()
+    ch.close()
+
+
+def test_unknown_ids_and_bad_registration_are_clear_errors(controller, topo_doc):
+    ch, stub = _stub(controller.ports[0])
+    with pytest.raises(grpc.RpcError) as e:
+        next(stub.WatchPingList(pb.WatchPingListRequest(container="nope")))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Register(pb.RegisterRequest(container="x", host="h0000", probe_port=1,
+                                         endpoints=[pb.EndpointInfo(id="x/e", nic="h0001/rnic0",
+                                                                    ip="1.2.3.4")]))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "is on host 'h0001'" in e.value.details()
+    assert not stub.Heartbeat(pb.HeartbeatRequest(container="ghost", ready=True)).known
+    ch.close()
+
+
+def test_garbage_bytes_on_the_port_do_not_hurt(controller, topo_doc):
+    for payload in (b"\x00" * 64, b"GET / HTTP/1.1\r\n\r\n", bytes(range(256)) * 8):
+        with socket.create_connection(("127.0.0.1", controller.ports[0]), timeout=5) as s:
+            s.sendall(payload)
+            s.settimeout(5)
+            try:
+                s.recv(1024)
+            except (TimeoutError, ConnectionResetError):
+                pass
+    ch, stub = _stub(controller.ports[0])
+    _register(stub, topo_doc, 1)
+    assert stub.Heartbeat(pb.HeartbeatRequest(container="job7-w001", ready=True)).known
+    ch.close()
+
+
+def test_restart_loses_no_registration_and_no_list(topo_file, topo_doc, tmp_path):
+    db = tmp_path / "c.sqlite"
+    c = start_controller(_cfg(topo_file, db))
+    ch, stub = _stub(c.ports[0])
+    for h in range(4):
+        _register(stub, topo_doc, h)
+        stub.Heartbeat(pb.HeartbeatRequest(container=f"job7-w{h:03d}", ready=True))
+    before = {cid: (c.state.versions[cid], dict(pl)) for cid, pl in c.state.lists.items()}
+    regs_before = {k: (r.host, r.endpoints, r.ready) for k, r in c.state.regs.items()}
+    ch.close()
+    c.stop(0)
+
+    c2 = start_controller(_cfg(topo_file, db))
+    try:
+        assert {k: (r.host, r.endpoints, r.ready) for k, r in c2.state.regs.items()} == regs_before
+        after = {cid: (c2.state.versions[cid], dict(pl)) for cid, pl in c2.state.lists.items()}
+        assert after == before
+        assert all(t.active for _, pl in after.values() for t in pl.values())
+        ch, stub = _stub(c2.ports[0])
+        assert stub.Heartbeat(pb.HeartbeatRequest(container="job7-w002", ready=True)).known
+        first = next(stub.WatchPingList(pb.WatchPingListRequest(container="job7-w002")))
+        assert {(t.src, t.dst) for t in first.upsert} == set(before["job7-w002"][1])
+        ch.close()
+    finally:
+        c2.stop(0)
+
+
+def test_silent_agent_is_announced_to_the_feed(controller, topo_doc):
+    ch, stub = _stub(controller.ports[0])
+    feed = stub.WatchReports(pb.WatchReportsRequest())
+    _register(stub, topo_doc, 3)
+    stub.Heartbeat(pb.HeartbeatRequest(container="job7-w003", ready=True))
+    states = []
+
+    def saw_gone():
+        ev = next(feed)
+        if ev.HasField("agent"):
+            states.append((ev.agent.container, ev.agent.ready))
+        return ("job7-w003", False) in states[1:] and ("job7-w003", True) in states
+    wait_for(saw_gone, 10, "the feed to announce the silent agent")
+    feed.cancel()
+    ch.close()
