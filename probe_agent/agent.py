@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import logging
 import queue
-import random
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import grpc
 
 from controller.pinglist import Target
 from controller.registration import RegEndpoint, Registration
 from netskel import metrics, serde
+from netskel.backoff import Backoff
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.config import AgentConfig
@@ -47,21 +46,6 @@ def size_classes(sizes: tuple[int, ...], mtu: int | None) -> tuple[int, ...]:
     cap = (mtu - UDP_IP_OVERHEAD) if mtu else 1500 - UDP_IP_OVERHEAD
     kept = tuple(sorted({max(wire.MIN_SIZE, min(s, cap)) for s in sizes}))
     return kept or (wire.MIN_SIZE,)
-
-
-@dataclass
-class Backoff:
-    base: float = 0.5
-    cap: float = 10.0
-    attempt: int = 0
-
-    def next(self) -> float:
-        delay = min(self.cap, self.base * 2 ** self.attempt)
-        self.attempt += 1
-        return delay * random.uniform(0.5, 1.0)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class Agent:

@@ -1,0 +1,248 @@
+"""The analyzer's state: windows in, incidents and verdicts out.
+
+Pure logic driven by the caller's clock: `tick(now)` processes every window
+whose agents have all had time to report (its end plus a grace period), so
+live and offline analysis run the very same code."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzer.localize import Finding, Pair, localize
+from analyzer.loss import loss_pvalues
+from analyzer.paths import UnderlayPaths
+from netskel import metrics
+from netskel.config import AnalyzerConfig
+from netskel.errors import InputError, NotFoundError
+from netskel.model import AgentState, Incident, WindowStats, pair_key
+from netskel.topology import Topology
+
+log = logging.getLogger(__name__)
+DEFAULT_RANGE_S = 300.0
+
+OK, FAULT, INCONCLUSIVE = "NETWORK_OK", "NETWORK_FAULT", "INCONCLUSIVE"
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    pair: Pair
+    verdict: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    verdict: str
+    pairs: list[PairVerdict]
+    incidents: list[Incident]
+
+
+@dataclass
+class _Seen:
+    start: float
+    end: float
+    anomalous: bool
+
+
+class Analyzer:
+    def __init__(self, topo: Topology, cfg: AnalyzerConfig, grace_s: float = 3.0) -> None:
+        self.topo = topo
+        self.cfg = cfg
+        self.grace_s = grace_s
+        self.paths = UnderlayPaths(topo)
+        self._pending: dict[tuple[float, float], list[WindowStats]] = defaultdict(list)
+        self._history: dict[Pair, deque[_Seen]] = defaultdict(deque)
+        self._by_endpoint: dict[str, set[Pair]] = defaultdict(set)
+        self.incidents: dict[str, Incident] = {}
+        self._open: dict[tuple[str, str, str], str] = {}
+        self._streak: dict[tuple[str, str, str], tuple[int, float]] = {}
+        self.dead: set[str] = set()
+        self.known_endpoints: set[str] = set(topo.endpoints)
+        self._seq = 0
+        self.processed_until = 0.0
+
+    # -- input ----------------------------------------------------------------
+    def add_windows(self, windows: Iterable[WindowStats]) -> list[str]:
+        """Queue windows for analysis; return the reasons of those rejected."""
+        rejected = []
+        for w in windows:
+            reason = w.problem()
+            if reason is None and w.window_end <= self.processed_until:
+                reason = "window arrived after its time was analysed"
+            if reason is not None:
+                rejected.append(f"{w.src}->{w.dst}: {reason}")
+                continue
+            self._pending[(w.window_start, w.window_end)].append(w)
+        return rejected
+
+    def set_agent(self, state: AgentState) -> None:
+        self.known_endpoints.update(state.endpoints)
+        if state.registered and state.ready:
+            self.dead.difference_update(state.endpoints)
+        elif state.registered:
+            self.dead.update(state.endpoints)
+        else:  # deregistered: gone on purpose, not a fault
+            self.dead.difference_update(state.endpoints)
+
+    # -- processing -----------------------------------------------------------
+    def tick(self, now: float) -> list[Incident]:
+        """Analyse every window that is complete; return incidents that changed."""
+        changed: dict[str, Incident] = {}
+        for key in sorted(k for k in self._pending if k[1] + self.grace_s <= now):
+            windows = self._pending.pop(key)
+            t0 = time.perf_counter()
+            for inc in self.process(key[0], key[1], windows):
+                changed[inc.id] = inc
+            metrics.ANALYSIS_SECONDS.observe(time.perf_counter() - t0)
+            self.processed_until = max(self.processed_until, key[1])
+        self._prune(now)
+        metrics.INCIDENTS_OPEN.set(sum(1 for i in self.incidents.values() if i.end is None))
+        return list(changed.values())
+
+    def flush(self) -> list[Incident]:
+        """Analyse everything pending (offline: the recording is complete)."""
+        return self.tick(float("inf"))
+
+    def _candidates(self, pair: Pair) -> dict[str, float]:
+        a, b = pair
+        if a not in self.topo.endpoints or b not in self.topo.endpoints:
+            return {}
+        return self.paths.weighted_links(self.topo.endpoints[a].nic, self.topo.endpoints[b].nic)
+
+    def process(self, start: float, end: float, windows: Sequence[WindowStats]) -> list[Incident]:
+        metrics.WINDOWS_ANALYZED.inc(len(windows))
+        sent = np.array([w.sent for w in windows], dtype=np.int64)
+        lost = np.array([w.lost for w in windows], dtype=np.int64)
+        pvals = loss_pvalues(sent, lost, self.cfg.loss_baseline)
+        flagged = (lost > 0) & (pvals < self.cfg.loss_alpha)
+        per_pair: dict[Pair, list[int]] = defaultdict(list)
+        for i, w in enumerate(windows):
+            per_pair[pair_key(w.src, w.dst)].append(i)
+        anomalous: dict[Pair, str] = {}
+        evidence: dict[Pair, dict[str, object]] = {}
+        for pair, idx in per_pair.items():
+            bad = [i for i in idx if flagged[i]]
+            self._remember(pair, start, end, bool(bad))
+            if not bad:
+                continue
+            all_lost = all(windows[i].lost == windows[i].sent for i in idx)
+            anomalous[pair] = "unreachable" if all_lost else "loss"
+            evidence[pair] = {f"size_{windows[i].size}": {
+                "sent": int(sent[i]), "lost": int(lost[i]),
+                "p_value": float(f"{pvals[i]:.3g}")} for i in idx}
+        healthy = {p for p in per_pair if p not in anomalous}
+        findings = localize(anomalous, healthy, self.dead, self._candidates)
+        return self._update_incidents(start, findings, evidence, per_pair, anomalous)
+
+    def _remember(self, pair: Pair, start: float, end: float, anomalous: bool) -> None:
+        h = self._history[pair]
+        if h and h[-1].start == start:
+            h[-1].anomalous = h[-1].anomalous or anomalous
+        else:
+            h.append(_Seen(start, end, anomalous))
+        self._by_endpoint[pair[0]].add(pair)
+        self._by_endpoint[pair[1]].add(pair)
+
+    def _prune(self, now: float) -> None:
+        horizon = min(now, self.processed_until) - self.cfg.history_seconds
+        for h in self._history.values():
+            while h and h[0].end < horizon:
+                h.popleft()
+
+    def _update_incidents(self, start: float, findings: list[Finding],
+                          evidence: dict[Pair, dict[str, object]],
+                          observed: dict[Pair, list[int]], anomalous: dict[Pair, str]
+                          ) -> list[Incident]:
+        changed = []
+        seen_keys = set()
+        for f in findings:
+            key = (f.component.type, f.component.id, f.symptom)
+            seen_keys.add(key)
+            count, first = self._streak.get(key, (0, start))
+            self._streak[key] = (count + 1, first)
+            if count + 1 < self.cfg.persist_windows:
+                continue
+            ev = dict(f.evidence)
+            ev["windows"] = {f"{a}|{b}": evidence.get((a, b), {}) for a, b in f.pairs[:20]}
+            inc_id = self._open.get(key)
+            if inc_id is None:
+                self._seq += 1
+                inc = Incident(id=f"inc-{self._seq:06d}", start=first, end=None,
+                               symptom=f.symptom, layer=f.layer, component=f.component,
+                               pairs=list(f.pairs), confidence=f.confidence, evidence=ev)
+                self.incidents[inc.id] = inc
+                self._open[key] = inc.id
+                log.warning("incident %s opened: %s %s %s (%d pairs)", inc.id, f.symptom,
+                            f.component.type, f.component.id, len(f.pairs))
+            else:
+                inc = self.incidents[inc_id]
+                inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
+                inc.confidence = max(inc.confidence, f.confidence)
+                inc.evidence = ev
+            changed.append(inc)
+        for key in [k for k in self._streak if k not in seen_keys]:
+            del self._streak[key]
+        for key, inc_id in list(self._open.items()):
+            if key in seen_keys:
+                continue
+            inc = self.incidents[inc_id]
+            seen = [p for p in inc.pairs if p in observed]
+            if seen and not any(p in anomalous for p in inc.pairs):
+                inc.end = start
+                del self._open[key]
+                changed.append(inc)
+                log.warning("incident %s closed", inc.id)
+        return changed
+
+    # -- queries --------------------------------------------------------------
+    def list_incidents(self, open_only: bool = False, since: float = 0.0) -> list[Incident]:
+        out = [i for i in self.incidents.values()
+               if (i.end is None or not open_only) and (i.end is None or i.end >= since)]
+        return sorted(out, key=lambda i: (i.start, i.id))
+
+    def diagnose(self, endpoints: Sequence[str], pairs: Sequence[Pair], start: float, end: float,
+                 now: float) -> Diagnosis:
+        if not endpoints and not pairs:
+            raise InputError("Diagnose: name at least one endpoint or pair")
+        end = end or now
+        start = start or end - DEFAULT_RANGE_S
+        if start > end:
+            raise InputError(f"Diagnose: start {start} is after end {end}")
+        for e in (*endpoints, *(x for p in pairs for x in p)):
+            if e not in self.known_endpoints:
+                raise NotFoundError(f"Diagnose: unknown endpoint '{e}'")
+        asked: list[Pair] = [pair_key(a, b) for a, b in pairs]
+        verdicts: list[PairVerdict] = []
+        for e in endpoints:
+            mine = sorted(self._by_endpoint.get(e, ()))
+            if not mine:
+                verdicts.append(PairVerdict((e, e), INCONCLUSIVE,
+                                            f"no monitored pair has endpoint '{e}'"))
+            asked.extend(mine)
+        incidents: dict[str, Incident] = {}
+        for pair in dict.fromkeys(asked):
+            hits = [i for i in self.incidents.values() if pair in i.pairs
+                    and i.start <= end and (i.end is None or i.end >= start)]
+            if hits:
+                for i in hits:
+                    incidents[i.id] = i
+                verdicts.append(PairVerdict(pair, FAULT, ", ".join(sorted(i.id for i in hits))))
+                continue
+            seen = [s for s in self._history.get(pair, ()) if s.end >= start and s.start <= end]
+            if any(s.anomalous for s in seen):
+                verdicts.append(PairVerdict(pair, INCONCLUSIVE,
+                                            "anomalous window(s) not yet persistent"))
+            elif seen:
+                verdicts.append(PairVerdict(pair, OK, f"{len(seen)} healthy window(s)"))
+            else:
+                verdicts.append(PairVerdict(pair, INCONCLUSIVE, "no probe window in range"))
+        kinds = {v.verdict for v in verdicts}
+        overall = FAULT if FAULT in kinds else INCONCLUSIVE if INCONCLUSIVE in kinds else OK
+        return Diagnosis(verdict=overall, pairs=verdicts,
+                         incidents=sorted(incidents.values(), key=lambda i: i.id))

@@ -1,0 +1,95 @@
+"""Contract section 3 probe records, read and checked column by column."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from netskel.errors import InputError
+from netskel.topology import Topology
+
+REQUIRED = {"ts": "float", "src": "string", "dst": "string", "size": "integer",
+            "rtt_us": "float", "proto": "string"}
+
+
+@dataclass
+class ProbeRecords:
+    ts: np.ndarray        # float64 seconds
+    src: np.ndarray       # object (str)
+    dst: np.ndarray       # object (str)
+    size: np.ndarray      # int64
+    rtt_us: np.ndarray    # float64, NaN when lost
+    proto: np.ndarray     # object (str)
+    route: np.ndarray | None  # object (str or None)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+def _kind_ok(t: pa.DataType, kind: str) -> bool:
+    if kind == "float":
+        return bool(pa.types.is_floating(t) or pa.types.is_integer(t))
+    if kind == "integer":
+        return bool(pa.types.is_integer(t))
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_dictionary(t))
+
+
+def read_table(path: str | Path, required: dict[str, str]) -> pa.Table:
+    """A Parquet file with the required columns, or one InputError line."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    if p.stat().st_size == 0:
+        raise InputError(f"{p}: empty file")
+    try:
+        table = pq.read_table(p)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise InputError(f"{p}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+    for col, kind in required.items():
+        if col not in table.column_names:
+            raise InputError(f"{p}: missing column '{col}'")
+        if not _kind_ok(table.schema.field(col).type, kind):
+            raise InputError(f"{p}: column '{col}' has type {table.schema.field(col).type}, "
+                             f"expected {kind}")
+    if table.num_rows == 0:
+        raise InputError(f"{p}: no rows")
+    return table
+
+
+def _strings(table: pa.Table, col: str) -> np.ndarray:
+    arr = table.column(col)
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(pa.string())
+    return np.asarray(arr.to_pylist(), dtype=object)
+
+
+def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
+    table = read_table(path, REQUIRED)
+    p = Path(path)
+    ts = table.column("ts").to_numpy(zero_copy_only=False).astype(np.float64)
+    rtt = np.asarray(table.column("rtt_us").cast(pa.float64()).to_numpy(zero_copy_only=False),
+                     dtype=np.float64)
+    size_col = table.column("size")
+    if size_col.null_count:
+        raise InputError(f"{p}: column 'size' has nulls")
+    size = size_col.to_numpy(zero_copy_only=False).astype(np.int64)
+    src, dst, proto = _strings(table, "src"), _strings(table, "dst"), _strings(table, "proto")
+    if not np.all(np.isfinite(ts)):
+        raise InputError(f"{p}: column 'ts' has null or non-finite values")
+    for name, col in (("src", src), ("dst", dst)):
+        unknown = sorted({x for x in set(col.tolist()) if x not in topo.endpoints}, key=str)
+        if unknown:
+            more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
+            raise InputError(f"{p}: column '{name}' names unknown endpoint '{unknown[0]}'{more}")
+    bad = np.isfinite(rtt) & (rtt < 0)
+    if bad.any():
+        raise InputError(f"{p}: column 'rtt_us' has {int(bad.sum())} negative values")
+    if np.any(size <= 0):
+        raise InputError(f"{p}: column 'size' has non-positive values")
+    route = _strings(table, "route") if "route" in table.column_names else None
+    return ProbeRecords(ts=ts, src=src, dst=dst, size=size, rtt_us=rtt, proto=proto, route=route)

@@ -1,0 +1,95 @@
+"""Runs the analyzer: follows the controller's report feed, ticks the
+engine, serves NetDiag."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from analyzer.engine import Analyzer
+from analyzer.service import IncidentHub, NetDiagService
+from netskel import serde
+from netskel.api.v1 import controller_pb2 as pb
+from netskel.api.v1 import controller_pb2_grpc as pb_grpc
+from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
+from netskel.backoff import Backoff
+from netskel.config import AnalyzerConfig
+from netskel.grpcserver import make_server
+from netskel.topology import load_topology
+
+log = logging.getLogger(__name__)
+SERVICE = "netskel.api.v1.NetDiag"
+
+
+@dataclass
+class RunningAnalyzer:
+    server: grpc.Server
+    ports: list[int]
+    engine: Analyzer
+    lock: threading.Lock
+    _stop: threading.Event
+    _threads: list[threading.Thread]
+
+    def stop(self, grace: float = 1.0) -> None:
+        self._stop.set()
+        self.server.stop(grace).wait()
+        for t in self._threads:
+            t.join(timeout=5)
+
+
+def _follow_feed(cfg: AnalyzerConfig, engine: Analyzer, lock: threading.Lock,
+                 stop: threading.Event) -> None:
+    backoff = Backoff()
+    while not stop.is_set():
+        channel = grpc.insecure_channel(cfg.controller)
+        stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest())
+        watcher = threading.Thread(target=lambda: (stop.wait(), stream.cancel()), daemon=True)
+        watcher.start()
+        try:
+            for ev in stream:
+                backoff.reset()
+                with lock:
+                    if ev.HasField("agent"):
+                        engine.set_agent(serde.agent_state_from_pb(ev.agent))
+                    else:
+                        rejected = engine.add_windows(serde.window_from_pb(w)
+                                                      for w in ev.windows.windows)
+                        for r in rejected[:3]:
+                            log.warning("window rejected: %s", r)
+        except grpc.RpcError as e:
+            if not stop.is_set():
+                log.warning("report feed from %s: %s", cfg.controller, e.code())
+        finally:
+            channel.close()
+        stop.wait(backoff.next())
+
+
+def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0) -> RunningAnalyzer:
+    topo = load_topology(cfg.topology)
+    engine = Analyzer(topo, cfg)
+    lock = threading.Lock()
+    hub = IncidentHub()
+    service = NetDiagService(engine, lock, hub)
+    server, ports, _ = make_server(
+        [SERVICE], lambda s: dpb_grpc.add_NetDiagServicer_to_server(service, s), cfg.listen)
+    stop = threading.Event()
+
+    def tick_loop() -> None:
+        while not stop.wait(tick_s):
+            with lock:
+                changed = engine.tick(time.time())
+            if changed:
+                hub.publish(changed)
+
+    threads = [threading.Thread(target=_follow_feed, args=(cfg, engine, lock, stop),
+                                name="feed", daemon=True),
+               threading.Thread(target=tick_loop, name="tick", daemon=True)]
+    for t in threads:
+        t.start()
+    log.info("analyzer serving NetDiag on %s", ports)
+    return RunningAnalyzer(server=server, ports=ports, engine=engine, lock=lock, _stop=stop,
+                           _threads=threads)

@@ -1,0 +1,216 @@
+"""`netskel` command line: one entry point, one subcommand per role."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from netskel.errors import NetskelError
+
+
+def write_json_atomic(path: str | Path, doc: Any) -> None:
+    """Write all or nothing: a failed run leaves no partial output."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _wait_for_signal() -> None:
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+
+
+def _env_list(name: str) -> tuple[str, ...]:
+    raw = os.environ.get(name, "")
+    return tuple(x for x in raw.split(";") if x)
+
+
+def cmd_controller(a: argparse.Namespace) -> int:
+    from controller.server import start_controller
+    from netskel.config import ControllerConfig
+
+    cfg = ControllerConfig(topology=a.topology, listen=tuple(a.listen), db=a.db,
+                           heartbeat_interval_ms=a.heartbeat_ms,
+                           heartbeat_timeout_s=a.heartbeat_timeout,
+                           window_seconds=a.window, metrics_port=a.metrics_port)
+    _metrics(cfg.metrics_port)
+    running = start_controller(cfg)
+    print(f"controller listening on {running.ports}", flush=True)
+    _wait_for_signal()
+    running.stop()
+    return 0
+
+
+def cmd_agent(a: argparse.Namespace) -> int:
+    from netskel.config import AgentConfig
+    from probe_agent.agent import Agent
+
+    env = os.environ.get
+    endpoints = tuple(a.endpoint or ()) or _env_list("NETSKEL_ENDPOINTS")
+    cfg = AgentConfig(controller=a.controller or env("NETSKEL_CONTROLLER", "127.0.0.1:7000"),
+                      container=a.container or env("NETSKEL_CONTAINER", ""),
+                      job=a.job or env("NETSKEL_JOB", ""), host=a.host or env("NETSKEL_HOST", ""),
+                      endpoints=endpoints, probe_port=a.probe_port, probe_rate_hz=a.rate,
+                      metrics_port=a.metrics_port)
+    _metrics(cfg.metrics_port)
+    agent = Agent(cfg)
+    agent.start()
+    print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
+    _wait_for_signal()
+    agent.stop()
+    return 0
+
+
+def cmd_analyzer(a: argparse.Namespace) -> int:
+    from analyzer.server import start_analyzer
+    from netskel.config import AnalyzerConfig
+
+    cfg = AnalyzerConfig(topology=a.topology, controller=a.controller, listen=tuple(a.listen),
+                         metrics_port=a.metrics_port)
+    _metrics(cfg.metrics_port)
+    running = start_analyzer(cfg)
+    print(f"analyzer (NetDiag) listening on {running.ports}", flush=True)
+    _wait_for_signal()
+    running.stop()
+    return 0
+
+
+def cmd_analyze(a: argparse.Namespace) -> int:
+    from analyzer.offline import analyze_files
+
+    doc = analyze_files(a.topology, a.probes, window_s=a.window)
+    write_json_atomic(a.output, doc)
+    print(f"{len(doc['incidents'])} incident(s) -> {a.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_infer(a: argparse.Namespace) -> int:
+    from controller.infer import infer_files
+
+    doc = infer_files(a.topology, a.throughput, job=a.job)
+    write_json_atomic(a.output, doc)
+    print(f"{len(doc['jobs'])} job(s) -> {a.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_netdiag(a: argparse.Namespace) -> int:
+    from netskel.netdiag_client import run_netdiag
+
+    return run_netdiag(a)
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from testbed.demo import run_demo
+
+    return run_demo(a)
+
+
+def _metrics(port: int) -> None:
+    if port:
+        from prometheus_client import start_http_server
+
+        start_http_server(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="netskel", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("controller", help="serve agents: registrations, ping lists, reports")
+    c.add_argument("--topology", required=True)
+    c.add_argument("--listen", action="append", default=None,
+                   help="gRPC address (repeatable; unix:PATH allowed)")
+    c.add_argument("--db", default="netskel-controller.sqlite")
+    c.add_argument("--heartbeat-ms", type=int, default=1000)
+    c.add_argument("--heartbeat-timeout", type=float, default=10.0)
+    c.add_argument("--window", type=int, default=30, help="statistics window, seconds")
+    c.add_argument("--metrics-port", type=int, default=0)
+    c.set_defaults(fn=cmd_controller, listen_default=["127.0.0.1:7000"])
+
+    g = sub.add_parser("agent", help="the probing sidecar (flags or NETSKEL_* environment)")
+    g.add_argument("--controller")
+    g.add_argument("--container")
+    g.add_argument("--job")
+    g.add_argument("--host")
+    g.add_argument("--endpoint", action="append", help="ID,NIC,IP[,IFNAME] (repeatable)")
+    g.add_argument("--probe-port", type=int, default=7100)
+    g.add_argument("--rate", type=float, default=10.0, help="probes per second per target")
+    g.add_argument("--metrics-port", type=int, default=0)
+    g.set_defaults(fn=cmd_agent)
+
+    n = sub.add_parser("analyzer", help="follow the report feed and serve NetDiag")
+    n.add_argument("--topology", required=True)
+    n.add_argument("--controller", default="127.0.0.1:7000")
+    n.add_argument("--listen", action="append", default=None)
+    n.add_argument("--metrics-port", type=int, default=0)
+    n.set_defaults(fn=cmd_analyzer, listen_default=["127.0.0.1:7001"])
+
+    z = sub.add_parser("analyze", help="offline: probe records -> incidents")
+    z.add_argument("--topology", required=True)
+    z.add_argument("--probes", required=True)
+    z.add_argument("--window", type=float, default=30.0)
+    z.add_argument("-o", "--output", required=True)
+    z.set_defaults(fn=cmd_analyze)
+
+    i = sub.add_parser("infer", help="offline: NIC throughput -> skeleton and ping lists")
+    i.add_argument("--topology", required=True)
+    i.add_argument("--throughput", required=True)
+    i.add_argument("--job")
+    i.add_argument("-o", "--output", required=True)
+    i.set_defaults(fn=cmd_infer)
+
+    d = sub.add_parser("netdiag", help="ask NetDiag: diagnose endpoints or pairs, list incidents")
+    d.add_argument("--server", default="127.0.0.1:7001")
+    d.add_argument("--endpoint", action="append", default=[])
+    d.add_argument("--pair", action="append", default=[], help="A,B")
+    d.add_argument("--incidents", action="store_true", help="list incidents instead")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(fn=cmd_netdiag)
+
+    m = sub.add_parser("demo", help="a whole cluster on this machine: build, fault, diagnose")
+    m.add_argument("--hosts", type=int, default=4)
+    m.add_argument("--rails", type=int, default=2)
+    m.add_argument("--window", type=int, default=10)
+    m.add_argument("--fault", default="link-down",
+                   choices=["link-down", "loss", "mtu", "queue", "rule-delete"])
+    m.add_argument("--keep", action="store_true", help="leave the cluster up until Ctrl-C")
+    m.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if getattr(a, "listen", "absent") is None:
+        a.listen = a.listen_default
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return int(a.fn(a))
+    except NetskelError as e:
+        print(f"netskel: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""`netskel analyze` and `netskel infer` on contract files, through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer.windows import compute_windows
+from analyzer.records import ProbeRecords
+from netskel.cli import main
+from netskel.topology import parse_topology
+
+
+def probe_table(topo_doc, lossy_pair=None, loss=0.3, seconds=120, rate=20, seed=1):
+    rng = np.random.default_rng(seed)
+    topo = parse_topology(topo_doc)
+    eps = [e for c in topo_doc["containers"] for e in c["endpoints"]]
+    rows = {"ts": [], "src": [], "dst": [], "size": [], "rtt_us": [], "proto": []}
+    nic = {e["id"]: topo.nics[e["nic"]] for e in eps}
+    pairs = [(a["id"], b["id"]) for a in eps for b in eps
+             if a["id"] < b["id"] and nic[a["id"]].rail == nic[b["id"]].rail
+             and nic[a["id"]].host != nic[b["id"]].host]
+    t0 = 1_700_000_010.0
+    n = seconds * rate
+    for a, b in pairs:
+        ts = t0 + np.sort(rng.uniform(0, seconds, n))
+        rtt = rng.lognormal(np.log(15), 0.1, n)
+        if (a, b) == lossy_pair:
+            rtt[(ts > t0 + 60) & (rng.random(n) < loss)] = np.nan
+        rows["ts"].append(ts)
+        rows["src"] += [a] * n
+        rows["dst"] += [b] * n
+        rows["size"].append(rng.choice([64, 1024], n))
+        rows["rtt_us"].append(rtt)
+        rows["proto"] += ["udp"] * n
+    return pa.table({"ts": np.concatenate(rows["ts"]), "src": rows["src"], "dst": rows["dst"],
+                     "size": np.concatenate(rows["size"]).astype(np.int32),
+                     "rtt_us": np.concatenate(rows["rtt_us"]), "proto": rows["proto"]}), pairs
+
+
+def test_windows_match_numpy_reference():
+    rng = np.random.default_rng(3)
+    n = 5000
+    rec = ProbeRecords(ts=rng.uniform(0, 90, n), src=np.array(["a", "b"] * (n // 2), dtype=object),
+                       dst=np.array(["c"] * n, dtype=object), size=rng.choice([64, 512], n),
+                       rtt_us=np.where(rng.random(n) < 0.1, np.nan, rng.lognormal(3, 0.5, n)),
+                       proto=np.array(["udp"] * n, dtype=object), route=None)
+    for w in compute_windows(rec, 30.0):
+        m = ((rec.src == w.src) & (rec.size == w.size) & (rec.ts >= w.window_start)
+             & (rec.ts < w.window_end))
+        r = rec.rtt_us[m]
+        ok = r[np.isfinite(r)]
+        assert w.sent == m.sum() and w.lost == (~np.isfinite(r)).sum()
+        assert np.allclose([w.rtt_p25, w.rtt_median, w.rtt_p75], np.percentile(ok, [25, 50, 75]))
+        assert np.isclose(w.rtt_std, ok.std()) and np.isclose(w.rtt_mean, ok.mean())
+        assert w.rtt_min == ok.min() and w.rtt_max == ok.max()
+
+
+def test_analyze_finds_the_lossy_pair_only(tmp_path, topo_file, topo_doc):
+    table, pairs = probe_table(topo_doc, lossy_pair=None)
+    lossy = pairs[0]
+    table, _ = probe_table(topo_doc, lossy_pair=lossy)
+    pq.write_table(table, tmp_path / "p.parquet")
+    out = tmp_path / "inc.json"
+    assert main(["analyze", "--topology", str(topo_file), "--probes",
+                 str(tmp_path / "p.parquet"), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(open("../shared/contracts/incidents.schema.json").read())
+    jsonschema.validate(doc, schema)
+    assert doc["incidents"], "the lossy pair must raise an incident"
+    flagged = {tuple(p) for i in doc["incidents"] for p in i["pairs"]}
+    assert flagged == {tuple(sorted(lossy))}
+    assert all(i["symptom"] == "loss" and i["start"] >= 1_700_000_010 + 30 for i in doc["incidents"])
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.write_bytes(b""), "empty file"),
+    (lambda p: p.write_bytes(b"PAR1garbage"), "not a readable Parquet file"),
+    (lambda p: pq.write_table(pa.table({"ts": [1.0]}), p), "missing column 'src'"),
+])
+def test_analyze_bad_probe_files(tmp_path, topo_file, capsys, make, message):
+    bad = tmp_path / "bad.parquet"
+    make(bad)
+    out = tmp_path / "inc.json"
+    assert main(["analyze", "--topology", str(topo_file), "--probes", str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and str(bad) in err[0]
+    assert not out.exists()
+
+
+def test_analyze_truncated_parquet_and_unknown_endpoint(tmp_path, topo_file, topo_doc, capsys):
+    table, _ = probe_table(topo_doc, seconds=10)
+    good = tmp_path / "good.parquet"
+    pq.write_table(table, good)
+    data = good.read_bytes()
+    trunc = tmp_path / "trunc.parquet"
+    trunc.write_bytes(data[: len(data) // 2])
+    out = tmp_path / "o.json"
+    assert main(["analyze", "--topology", str(topo_file), "--probes", str(trunc), "-o",
+                 str(out)]) == 2
+    assert "not a readable Parquet file" in capsys.readouterr().err
+    t2 = table.set_column(1, "src", pa.array(["ghost/rnic0"] * table.num_rows))
+    pq.write_table(t2, good)
+    assert main(["analyze", "--topology", str(topo_file), "--probes", str(good), "-o",
+                 str(out)]) == 2
+    assert "unknown endpoint 'ghost/rnic0'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_infer_falls_back_to_rail_aligned_list(tmp_path, topo_file, topo_doc):
+    eps = [e["id"] for c in topo_doc["containers"] for e in c["endpoints"]]
+    n = 50
+    t = pa.table({"ts": np.repeat(np.arange(n, dtype=float), len(eps)),
+                  "endpoint": eps * n,
+                  "tx_bytes": np.arange(n * len(eps), dtype=np.int64),
+                  "rx_bytes": np.arange(n * len(eps), dtype=np.int64)})
+    pq.write_table(t, tmp_path / "tp.parquet")
+    out = tmp_path / "sk.json"
+    assert main(["infer", "--topology", str(topo_file), "--throughput",
+                 str(tmp_path / "tp.parquet"), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    job = doc["jobs"][0]
+    assert job["confidence"] == 0.0
+    pairs = {tuple(sorted((s, d))) for s, ds in job["ping_list"].items() for d in ds}
+    assert len(pairs) == 2 * (4 * 3 // 2)  # per rail: every cross-host pair, once
