@@ -1,0 +1,311 @@
+"""A real cluster out of network namespaces.
+
+Underlay: every host NIC is a veth to its rail's ToR; ToRs and spines are
+routed namespaces, ToRs spread traffic over all spines with ECMP. Overlay:
+each host runs its own Open vSwitch (userspace datapath) whose OpenFlow
+rules forward by overlay destination: deliver to a local container's VF, or
+send into the host's VXLAN device, whose forwarding table names the remote
+NIC. Containers are namespaces with one interface per rail.
+
+Everything created is recorded (see `Created`) and removed by `destroy()`,
+also from another process after a crash (`python -m testbed.cluster clean`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from netskel.topology import Topology, parse_topology, topology_to_doc
+from testbed.layout import Layout, layout_doc
+from testbed.sh import CommandError, Created, ns, run
+
+log = logging.getLogger(__name__)
+UNDERLAY_MTU = 9000
+OVERLAY_MTU = 4500
+VXLAN_PORT = 4789
+OVS_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
+HOST_SYSCTLS = ("net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2",
+                "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
+SWITCH_SYSCTLS = ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                  "net.ipv4.conf.default.rp_filter=0", "net.ipv4.conf.all.send_redirects=0",
+                  "net.ipv4.conf.default.send_redirects=0")
+
+
+def endpoint_mac(h: int, r: int) -> str:
+    return f"02:4e:53:{r:02x}:{h >> 8:02x}:{h & 0xFF:02x}"
+
+
+@dataclass
+class Ovs:
+    """One host's Open vSwitch: private database, daemon and sockets."""
+
+    dir: Path
+    netns: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        d = str(self.dir)
+        return {**os.environ, "OVS_RUNDIR": d, "OVS_DBDIR": d, "OVS_LOGDIR": d}
+
+    @property
+    def db(self) -> str:
+        return f"unix:{self.dir}/db.sock"
+
+    def start(self, created: Created) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        run("ovsdb-tool", "create", f"{self.dir}/conf.db", OVS_SCHEMA)
+        common = ["--detach", "--no-chdir"]
+        created.add_pidfile(f"{self.dir}/ovsdb-server.pid")
+        run("ip", "netns", "exec", self.netns, "ovsdb-server", f"{self.dir}/conf.db",
+            f"--remote=punix:{self.dir}/db.sock", f"--pidfile={self.dir}/ovsdb-server.pid",
+            f"--unixctl={self.dir}/ovsdb-server.ctl", f"--log-file={self.dir}/ovsdb-server.log",
+            *common, env=self.env)
+        run("ovs-vsctl", f"--db={self.db}", "--no-wait", "init", env=self.env)
+        created.add_pidfile(f"{self.dir}/ovs-vswitchd.pid")
+        run("ip", "netns", "exec", self.netns, "ovs-vswitchd", self.db,
+            f"--pidfile={self.dir}/ovs-vswitchd.pid", f"--unixctl={self.dir}/ovs-vswitchd.ctl",
+            f"--log-file={self.dir}/ovs-vswitchd.log", *common, env=self.env)
+
+    def vsctl(self, *args: str) -> str:
+        return run("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args, env=self.env)
+
+    def ofctl(self, *args: str, check: bool = True) -> str:
+        cmd, bridge, *rest = args
+        return run("ovs-ofctl", cmd, f"unix:{self.dir}/{bridge}.mgmt", *rest, env=self.env,
+                   check=check)
+
+
+@dataclass
+class Cluster:
+    layout: Layout
+    run_dir: Path
+    prefix: str
+    created: Created
+    topo: Topology = field(init=False)
+    ovs: dict[int, Ovs] = field(default_factory=dict)
+    ports: dict[tuple[int, int], int] = field(default_factory=dict)  # (host, rail) -> OF port
+    links: dict[str, tuple[str, str]] = field(default_factory=dict)  # link id -> (ns, ifname)
+
+    def __post_init__(self) -> None:
+        self.topo = parse_topology(layout_doc(self.layout), "testbed")
+
+    # -- names ------------------------------------------------------------------
+    def host_ns(self, h: int) -> str:
+        return f"{self.prefix}-h{h}"
+
+    def tor_ns(self, r: int, t: int) -> str:
+        return f"{self.prefix}-t{r}-{t}"
+
+    def spine_ns(self, s: int) -> str:
+        return f"{self.prefix}-s{s}"
+
+    def container_ns(self, h: int) -> str:
+        return f"{self.prefix}-c{h}"
+
+    @property
+    def topology_path(self) -> Path:
+        return self.run_dir / "topology.json"
+
+    @property
+    def controller_socket(self) -> str:
+        return f"unix:{self.run_dir}/controller.sock"
+
+    # -- build ------------------------------------------------------------------
+    def build(self) -> None:
+        lay = self.layout
+        t0 = time.monotonic()
+        names = ([self.host_ns(h) for h in range(lay.hosts)]
+                 + [self.tor_ns(r, t) for r in range(lay.rails) for t in range(lay.tors_per_rail)]
+                 + [self.spine_ns(s) for s in range(lay.spines)]
+                 + [self.container_ns(h) for h in range(lay.hosts)])
+        for n in names:
+            self.created.add_namespace(n)
+            run("ip", "-n", n, "link", "set", "lo", "up")
+        for h in range(lay.hosts):
+            ns(self.host_ns(h), "sysctl", "-qw", *HOST_SYSCTLS)
+        for n in names[lay.hosts:len(names) - lay.hosts]:
+            ns(n, "sysctl", "-qw", *SWITCH_SYSCTLS)
+        self._underlay()
+        self._overlay()
+        self.topology_path.write_text(json.dumps(topology_to_doc(self.topo), indent=1))
+        log.info("cluster %s built in %.1fs", self.prefix, time.monotonic() - t0)
+
+    def _veth(self, ns_a: str, if_a: str, ns_b: str, if_b: str, mtu: int) -> None:
+        run("ip", "link", "add", if_a, "netns", ns_a, "mtu", str(mtu), "type", "veth", "peer",
+            "name", if_b, "netns", ns_b, "mtu", str(mtu))
+        run("ip", "-n", ns_a, "link", "set", if_a, "up")
+        run("ip", "-n", ns_b, "link", "set", if_b, "up")
+
+    def _underlay(self) -> None:
+        lay = self.layout
+        for h in range(lay.hosts):
+            t = lay.tor_index(h)
+            for r in range(lay.rails):
+                hns, tns = self.host_ns(h), self.tor_ns(r, t)
+                nic_if, port = f"r{r}", f"h{h}"
+                self._veth(hns, nic_if, tns, port, UNDERLAY_MTU)
+                ip, gw = lay.underlay_ip(h, r), f"10.{r}.{t}.1"
+                run("ip", "-n", hns, "addr", "add", f"{ip}/32", "dev", nic_if)
+                run("ip", "-n", hns, "route", "add", f"10.{r}.0.0/16", "via", gw, "dev", nic_if,
+                    "onlink")
+                run("ip", "-n", tns, "addr", "add", f"{gw}/32", "dev", port)
+                run("ip", "-n", tns, "route", "add", f"{ip}/32", "dev", port)
+                self.links[self._link(lay.nic(h, r), lay.tor(r, t))] = (tns, port)
+        k = 0
+        for r in range(lay.rails):
+            for t in range(lay.tors_per_rail):
+                tns = self.tor_ns(r, t)
+                hops = []
+                for s in range(lay.spines):
+                    sns = self.spine_ns(s)
+                    tor_if, spine_if = f"s{s}", f"r{r}t{t}"
+                    self._veth(tns, tor_if, sns, spine_if, UNDERLAY_MTU)
+                    a, b = f"10.255.{k // 128}.{(k % 128) * 2}", f"10.255.{k // 128}.{(k % 128) * 2 + 1}"
+                    k += 1
+                    run("ip", "-n", tns, "addr", "add", f"{a}/31", "dev", tor_if)
+                    run("ip", "-n", sns, "addr", "add", f"{b}/31", "dev", spine_if)
+                    run("ip", "-n", sns, "route", "add", f"10.{r}.{t}.0/24", "via", a)
+                    hops += ["nexthop", "via", b, "dev", tor_if]
+                    self.links[self._link(lay.tor(r, t), lay.spine(s))] = (sns, spine_if)
+                run("ip", "-n", tns, "route", "add", f"10.{r}.0.0/16", *hops)
+
+    def _link(self, a: str, b: str) -> str:
+        from netskel.topology import link_id
+
+        lid = link_id(a, b)
+        assert lid in self.topo.links, lid
+        return lid
+
+    def _overlay(self) -> None:
+        lay = self.layout
+        for h in range(lay.hosts):
+            hns, cns = self.host_ns(h), self.container_ns(h)
+            ovs = Ovs(self.run_dir / f"ovs-h{h}", hns)
+            ovs.start(self.created)
+            self.ovs[h] = ovs
+            ovs.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev",
+                      "fail_mode=secure")
+            vx = f"vx{lay.vni}"
+            run("ip", "-n", hns, "link", "add", vx, "mtu", str(OVERLAY_MTU), "type", "vxlan", "id",
+                str(lay.vni), "dstport", str(VXLAN_PORT), "nolearning")
+            run("ip", "-n", hns, "link", "set", vx, "up")
+            ns(hns, "ethtool", "-K", vx, "tx", "off")
+            ovs.vsctl("add-port", "br0", vx, "--", "set", "interface", vx, "ofport_request=100")
+            for r in range(lay.rails):
+                ep_if, port_if = f"e{r}", f"c0e{r}"
+                self._veth(cns, ep_if, hns, port_if, OVERLAY_MTU)
+                run("ip", "-n", cns, "link", "set", ep_if, "address", endpoint_mac(h, r))
+                run("ip", "-n", cns, "addr", "add", f"{lay.overlay_ip(h, r)}/24", "dev", ep_if)
+                ns(cns, "ethtool", "-K", ep_if, "tx", "off")
+                ns(hns, "ethtool", "-K", port_if, "tx", "off")
+                ofport = 1 + r
+                ovs.vsctl("add-port", "br0", port_if, "--", "set", "interface", port_if,
+                          f"ofport_request={ofport}")
+                self.ports[(h, r)] = ofport
+        # Static neighbours and forwarding state: every same-rail endpoint pair.
+        for h in range(lay.hosts):
+            hns, cns = self.host_ns(h), self.container_ns(h)
+            flows = []
+            for h2 in range(lay.hosts):
+                for r in range(lay.rails):
+                    ip2 = lay.overlay_ip(h2, r)
+                    if h2 == h:
+                        flows.append(f"priority=100,ip,nw_dst={ip2},actions=output:{self.ports[(h, r)]}")
+                        continue
+                    run("ip", "-n", cns, "neigh", "replace", ip2, "lladdr", endpoint_mac(h2, r),
+                        "dev", f"e{r}", "nud", "permanent")
+                    run("bridge", "-n", hns, "fdb", "append", endpoint_mac(h2, r), "dev",
+                        f"vx{lay.vni}", "dst", lay.underlay_ip(h2, r), "self", "permanent")
+                    flows.append(f"priority=100,ip,nw_dst={ip2},actions=output:100")
+            for f in flows:
+                self.ovs[h].ofctl("add-flow", "br0", f)
+
+    # -- processes --------------------------------------------------------------
+    def agent_command(self, h: int, window_s: int | None = None) -> list[str]:
+        lay = self.layout
+        eps = [f"{lay.endpoint(h, r)},{lay.nic(h, r)},{lay.overlay_ip(h, r)},e{r}"
+               for r in range(lay.rails)]
+        cmd = ["ip", "netns", "exec", self.container_ns(h), sys.executable, "-m", "netskel.cli",
+               "agent", "--controller", self.controller_socket, "--container", lay.container(h),
+               "--job", lay.job, "--host", lay.host(h)]
+        for e in eps:
+            cmd += ["--endpoint", e]
+        return cmd
+
+    def start_agent(self, h: int) -> subprocess.Popen[bytes]:
+        log_path = self.run_dir / f"agent-{h}.log"
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(self.agent_command(h), stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.created.add_pid(proc.pid)
+        return proc
+
+    def destroy(self) -> list[str]:
+        return self.created.destroy()
+
+    # -- inspection -------------------------------------------------------------
+    def ping(self, h_from: int, h_to: int, r: int, size: int = 56, count: int = 1) -> bool:
+        out = ns(self.container_ns(h_from), "ping", "-c", str(count), "-W", "1", "-s", str(size),
+                 "-M", "do", self.layout.overlay_ip(h_to, r), check=False)
+        return f"{count} received" in out
+
+    def trace_underlay(self, h_from: int, h_to: int, r: int) -> list[str]:
+        """The switches the kernel's ECMP choice sends host h_from's rail-r
+        tunnel traffic through to h_to (from `ip route get` hop by hop)."""
+        lay = self.layout
+        src, dst = lay.underlay_ip(h_from, r), lay.underlay_ip(h_to, r)
+        t = lay.tor_index(h_from)
+        node_ns, node_id, iif = self.tor_ns(r, t), lay.tor(r, t), f"h{h_from}"
+        hops = [node_id]
+        for _ in range(8):
+            out = run("ip", "-n", node_ns, "route", "get", dst, "from", src, "iif", iif)
+            dev = out.split(" dev ")[1].split()[0]
+            if dev.startswith("h"):
+                return hops
+            if dev.startswith("s"):
+                s = int(dev[1:])
+                node_ns, node_id, iif = self.spine_ns(s), lay.spine(s), f"r{r}t{t}"
+            else:  # spine port r{r}t{t}
+                t = int(dev.split("t")[1])
+                node_ns, node_id, iif = self.tor_ns(r, t), lay.tor(r, t), f"s{s}"
+            hops.append(node_id)
+        raise CommandError(f"no route from {src} to {dst}")
+
+
+def create_cluster(layout: Layout, base: Path | None = None) -> Cluster:
+    run_id = secrets.token_hex(2)
+    run_dir = (base or Path("/tmp")) / f"netskel-{run_id}"
+    run_dir.mkdir(parents=True)
+    created = Created(path=str(run_dir / "created.json"))
+    created.save()
+    cluster = Cluster(layout=layout, run_dir=run_dir, prefix=f"nsk{run_id}", created=created)
+    try:
+        cluster.build()
+    except BaseException:
+        cluster.destroy()
+        raise
+    return cluster
+
+
+def main(argv: list[str]) -> int:
+    """`python -m testbed.cluster clean RUN_DIR/created.json`: remove what a
+    crashed run left behind, by the names and PIDs it recorded."""
+    if len(argv) != 2 or argv[0] != "clean":
+        print("usage: python -m testbed.cluster clean RUN_DIR/created.json", file=sys.stderr)
+        return 2
+    problems = Created.load(argv[1]).destroy()
+    for p in problems:
+        print(p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,140 @@
+"""netskel deployed on a testbed: controller and analyzer on the root
+namespace, one agent process inside every container namespace."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import grpc
+
+from analyzer.server import RunningAnalyzer, start_analyzer
+from controller.server import RunningController, start_controller
+from netskel.api.v1 import common_pb2 as cpb
+from netskel.api.v1 import netdiag_pb2 as dpb
+from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
+from netskel.config import AnalyzerConfig, ControllerConfig
+from netskel.model import pair_key
+from testbed.cluster import Cluster, create_cluster
+from testbed.layout import Layout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Deployment:
+    layout: Layout
+    window_s: int = 10
+    cluster: Cluster = field(init=False)
+    controller: RunningController | None = None
+    analyzer: RunningAnalyzer | None = None
+    agents: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    channel: grpc.Channel | None = None
+
+    def __enter__(self) -> Deployment:
+        self.cluster = create_cluster(self.layout)
+        try:
+            self.start_controller()
+            self.analyzer = start_analyzer(AnalyzerConfig(
+                topology=str(self.cluster.topology_path),
+                controller=self.cluster.controller_socket, listen=("127.0.0.1:0",)))
+            self.channel = grpc.insecure_channel(f"127.0.0.1:{self.analyzer.ports[0]}")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def start_controller(self) -> None:
+        self.controller = start_controller(ControllerConfig(
+            topology=str(self.cluster.topology_path), listen=(self.cluster.controller_socket,),
+            db=str(self.cluster.run_dir / "controller.sqlite"), window_seconds=self.window_s,
+            heartbeat_interval_ms=500, heartbeat_timeout_s=5.0))
+
+    def stop_controller(self) -> None:
+        if self.controller is not None:
+            self.controller.stop(0)
+            self.controller = None
+
+    def start_agents(self, hosts: list[int] | None = None) -> None:
+        for h in hosts if hosts is not None else range(self.layout.hosts):
+            self.agents[h] = self.cluster.start_agent(h)
+
+    def kill_agent(self, h: int) -> None:
+        p = self.agents.pop(h)
+        p.kill()
+        p.wait()
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        for p in self.agents.values():
+            p.terminate()
+        for p in self.agents.values():
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if self.analyzer is not None:
+            self.analyzer.stop(0)
+        self.stop_controller()
+        if hasattr(self, "cluster"):
+            problems = self.cluster.destroy()
+            if problems:
+                log.error("cleanup left: %s", problems)
+
+    # -- what a diagnosis engine would do ---------------------------------------
+    @property
+    def netdiag(self) -> dpb_grpc.NetDiagStub:
+        assert self.channel is not None
+        return dpb_grpc.NetDiagStub(self.channel)
+
+    def all_pairs(self) -> list[tuple[str, str]]:
+        """Every rail-aligned endpoint pair of the job."""
+        lay = self.layout
+        return sorted({pair_key(lay.endpoint(a, r), lay.endpoint(b, r))
+                       for r in range(lay.rails) for a in range(lay.hosts)
+                       for b in range(lay.hosts) if a != b})
+
+    def diagnose(self, pairs: list[tuple[str, str]], since: float = 0.0
+                 ) -> dpb.DiagnoseResponse:
+        return self.netdiag.Diagnose(dpb.DiagnoseRequest(
+            pairs=[cpb.EndpointPair(a=a, b=b) for a, b in pairs], start=since), timeout=10)
+
+    def verdicts(self, pairs: list[tuple[str, str]], since: float = 0.0) -> dict[tuple[str, str], int]:
+        resp = self.diagnose(pairs, since)
+        return {pair_key(v.pair.a, v.pair.b): v.verdict for v in resp.pairs}
+
+    def wait_all_ok(self, timeout: float, since: float | None = None) -> float:
+        """Until every pair has a healthy window after `since`; returns when."""
+        since = since if since is not None else time.time()
+        deadline = time.monotonic() + timeout
+        pairs = self.all_pairs()
+        while time.monotonic() < deadline:
+            v = self.verdicts(pairs, since)
+            if all(x == dpb.NETWORK_OK for x in v.values()):
+                return time.time()
+            time.sleep(1)
+        raise TimeoutError(f"pairs not all healthy within {timeout}s: "
+                           f"{[p for p, x in v.items() if x != dpb.NETWORK_OK]}")
+
+    def crossing(self, a: str, b: str) -> list[tuple[str, str]]:
+        """Pairs whose traffic crosses the link between switches a and b in
+        either direction, per the kernel's current ECMP choices."""
+        lay = self.layout
+        out = []
+        for r in range(lay.rails):
+            for x in range(lay.hosts):
+                for y in range(x + 1, lay.hosts):
+                    hops = (self.cluster.trace_underlay(x, y, r)
+                            + ["|"] + self.cluster.trace_underlay(y, x, r))
+                    steps = set(zip(hops, hops[1:], strict=False))
+                    if (a, b) in steps or (b, a) in steps:
+                        out.append(pair_key(lay.endpoint(x, r), lay.endpoint(y, r)))
+        return sorted(out)

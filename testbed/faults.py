@@ -1,0 +1,92 @@
+"""Faults injected into a running testbed. Each returns its undo; all of
+them live inside the cluster's namespaces, so destroying the cluster also
+removes any fault left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+
+from testbed.cluster import Cluster
+from testbed.sh import run
+
+Undo = Callable[[], None]
+
+
+def _port(cluster: Cluster, link: str) -> tuple[str, str]:
+    if link not in cluster.links:
+        raise KeyError(f"unknown link '{link}'")
+    return cluster.links[link]
+
+
+def link_down(cluster: Cluster, link: str) -> Undo:
+    """Administratively down the switch-side port: the other end loses carrier."""
+    netns, dev = _port(cluster, link)
+    run("ip", "-n", netns, "link", "set", dev, "down")
+    return lambda: run("ip", "-n", netns, "link", "set", dev, "up")
+
+
+def _nft(cluster: Cluster, link: str, table: str, rule: str) -> Undo:
+    netns, dev = _port(cluster, link)
+    script = (f"table inet {table} {{\n chain fwd {{\n  type filter hook forward priority 0;\n"
+              f"  iifname \"{dev}\" {rule}\n  oifname \"{dev}\" {rule}\n }}\n}}\n")
+    run("ip", "netns", "exec", netns, "nft", "-f", "-", input=script)
+    return lambda: run("ip", "netns", "exec", netns, "nft", "delete", "table", "inet", table)
+
+
+def random_loss(cluster: Cluster, link: str, percent: int) -> Undo:
+    """Drop `percent` % of packets crossing the link, both ways."""
+    if not 0 < percent <= 100:
+        raise ValueError("percent must be in 1..100")
+    return _nft(cluster, link, "nsk_loss", f"numgen random mod 100 < {percent} drop")
+
+
+def drop_above(cluster: Cluster, link: str, size: int) -> Undo:
+    """Silently drop IP packets longer than `size` bytes crossing the link."""
+    return _nft(cluster, link, "nsk_size", f"meta length > {size} drop")
+
+
+def rate_limit(cluster: Cluster, link: str, rate: str = "20mbit", load_mbit: int = 40,
+               seconds: float = 120.0, load_from: tuple[int, int, int] | None = None) -> Undo:
+    """A token bucket on the switch port plus bounded background load through
+    it: the queue builds and probes crossing the link wait in it."""
+    netns, dev = _port(cluster, link)
+    run("ip", "-n", netns, "link", "set", dev, "txqueuelen", "10000")
+    run("ip", "netns", "exec", netns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+        "rate", rate, "burst", "3000", "latency", "200ms")
+    procs: list[subprocess.Popen[bytes]] = []
+    if load_from is not None:
+        h_from, h_to, r = load_from
+        target = cluster.layout.underlay_ip(h_to, r)
+        code = ("import socket,time,sys\n"
+                "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                f"end=time.monotonic()+{seconds}\nbuf=b'x'*1200\n"
+                f"gap=1200*8/({load_mbit}*1e6)\nnxt=time.monotonic()\n"
+                "while time.monotonic()<end:\n"
+                f" s.sendto(buf,('{target}',9))\n nxt+=gap\n"
+                " d=nxt-time.monotonic()\n if d>0: time.sleep(d)\n")
+        p = subprocess.Popen(["ip", "netns", "exec", cluster.host_ns(h_from), sys.executable,
+                              "-c", code])
+        cluster.created.add_pid(p.pid)
+        procs.append(p)
+
+    def undo() -> None:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=5)
+        run("ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", dev, "root")
+    return undo
+
+
+def delete_overlay_rule(cluster: Cluster, h: int, dst_ip: str) -> Undo:
+    """Remove host h's OpenFlow rule for one overlay destination: a blackhole."""
+    ovs = cluster.ovs[h]
+    flows = ovs.ofctl("dump-flows", "br0", f"ip,nw_dst={dst_ip}")
+    actions = [line.split("actions=")[1].strip() for line in flows.splitlines()
+               if "actions=" in line]
+    if not actions:
+        raise KeyError(f"host {h} has no rule for {dst_ip}")
+    ovs.ofctl("del-flows", "br0", "--strict", f"priority=100,ip,nw_dst={dst_ip}")
+    return lambda: ovs.ofctl("add-flow", "br0",
+                             f"priority=100,ip,nw_dst={dst_ip},actions={actions[0]}")
