@@ -93,6 +93,11 @@ class Cluster:
     ovs: dict[int, Ovs] = field(default_factory=dict)
     ports: dict[tuple[int, int], int] = field(default_factory=dict)  # (host, rail) -> OF port
     links: dict[str, tuple[str, str]] = field(default_factory=dict)  # link id -> (ns, ifname)
+    # Every switch-side end of a link (both ends between two switches).
+    link_ends: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # Static routes a link's switch port carries: the kernel flushes them when
+    # the port goes down, and with no routing daemon they must be put back.
+    routes: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.topo = parse_topology(layout_doc(self.layout), "testbed")
@@ -157,13 +162,16 @@ class Cluster:
                 run("ip", "-n", hns, "route", "add", f"10.{r}.0.0/16", "via", gw, "dev", nic_if,
                     "onlink")
                 run("ip", "-n", tns, "addr", "add", f"{gw}/32", "dev", port)
-                run("ip", "-n", tns, "route", "add", f"{ip}/32", "dev", port)
-                self.links[self._link(lay.nic(h, r), lay.tor(r, t))] = (tns, port)
+                lid = self._link(lay.nic(h, r), lay.tor(r, t))
+                self.links[lid] = (tns, port)
+                self.link_ends[lid] = [(tns, port)]
+                self._route(lid, tns, [f"{ip}/32", "dev", port])
         k = 0
         for r in range(lay.rails):
             for t in range(lay.tors_per_rail):
                 tns = self.tor_ns(r, t)
-                hops = []
+                hops: list[str] = []
+                tor_links: list[str] = []
                 for s in range(lay.spines):
                     sns = self.spine_ns(s)
                     tor_if, spine_if = f"s{s}", f"r{r}t{t}"
@@ -172,10 +180,23 @@ class Cluster:
                     k += 1
                     run("ip", "-n", tns, "addr", "add", f"{a}/31", "dev", tor_if)
                     run("ip", "-n", sns, "addr", "add", f"{b}/31", "dev", spine_if)
-                    run("ip", "-n", sns, "route", "add", f"10.{r}.{t}.0/24", "via", a)
+                    lid = self._link(lay.tor(r, t), lay.spine(s))
+                    self.links[lid] = (sns, spine_if)
+                    self.link_ends[lid] = [(tns, tor_if), (sns, spine_if)]
+                    self._route(lid, sns, [f"10.{r}.{t}.0/24", "via", a])
                     hops += ["nexthop", "via", b, "dev", tor_if]
-                    self.links[self._link(lay.tor(r, t), lay.spine(s))] = (sns, spine_if)
+                    tor_links.append(lid)
+                for lid in tor_links:
+                    self.routes[lid].append((tns, [f"10.{r}.0.0/16", *hops]))
                 run("ip", "-n", tns, "route", "add", f"10.{r}.0.0/16", *hops)
+
+    def _route(self, lid: str, netns: str, spec: list[str]) -> None:
+        run("ip", "-n", netns, "route", "add", *spec)
+        self.routes.setdefault(lid, []).append((netns, spec))
+
+    def restore_routes(self, lid: str) -> None:
+        for netns, spec in self.routes.get(lid, []):
+            run("ip", "-n", netns, "route", "replace", *spec)
 
     def _link(self, a: str, b: str) -> str:
         from netskel.topology import link_id

@@ -24,12 +24,16 @@ def link_down(cluster: Cluster, link: str) -> Undo:
     """Administratively down the switch-side port: the other end loses carrier."""
     netns, dev = _port(cluster, link)
     run("ip", "-n", netns, "link", "set", dev, "down")
-    return lambda: run("ip", "-n", netns, "link", "set", dev, "up")
+
+    def undo() -> None:
+        run("ip", "-n", netns, "link", "set", dev, "up")
+        cluster.restore_routes(link)
+    return undo
 
 
 def _nft(cluster: Cluster, link: str, table: str, rule: str) -> Undo:
     netns, dev = _port(cluster, link)
-    script = (f"table inet {table} {{\n chain fwd {{\n  type filter hook forward priority 0;\n"
+    script = (f"table inet {table} {{\n chain nsk {{\n  type filter hook forward priority 0;\n"
               f"  iifname \"{dev}\" {rule}\n  oifname \"{dev}\" {rule}\n }}\n}}\n")
     run("ip", "netns", "exec", netns, "nft", "-f", "-", input=script)
     return lambda: run("ip", "netns", "exec", netns, "nft", "delete", "table", "inet", table)
@@ -51,10 +55,11 @@ def rate_limit(cluster: Cluster, link: str, rate: str = "20mbit", load_mbit: int
                seconds: float = 120.0, load_from: tuple[int, int, int] | None = None) -> Undo:
     """A token bucket on the switch port plus bounded background load through
     it: the queue builds and probes crossing the link wait in it."""
-    netns, dev = _port(cluster, link)
-    run("ip", "-n", netns, "link", "set", dev, "txqueuelen", "10000")
-    run("ip", "netns", "exec", netns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
-        "rate", rate, "burst", "3000", "latency", "200ms")
+    _port(cluster, link)
+    ends = cluster.link_ends[link]
+    for netns, dev in ends:  # both directions: ECMP may send the load either way
+        run("ip", "netns", "exec", netns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
+            "rate", rate, "burst", "3000", "latency", "200ms")
     procs: list[subprocess.Popen[bytes]] = []
     if load_from is not None:
         h_from, h_to, r = load_from
@@ -75,7 +80,8 @@ def rate_limit(cluster: Cluster, link: str, rate: str = "20mbit", load_mbit: int
         for p in procs:
             p.terminate()
             p.wait(timeout=5)
-        run("ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", dev, "root")
+        for netns, dev in ends:
+            run("ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", dev, "root")
     return undo
 
 

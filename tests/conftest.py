@@ -29,3 +29,19 @@ def topo_file(tmp_path: Path, topo_doc: dict[str, Any]) -> Path:
     p = tmp_path / "topology.json"
     p.write_text(json.dumps(topo_doc))
     return p
+
+
+def _testbed_missing() -> str | None:
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return "the namespace testbed needs root"
+    missing = [b for b in ("ip", "ovs-vswitchd", "ovsdb-server", "nft", "ethtool", "tc", "ping")
+               if shutil.which(b) is None]
+    return f"testbed tools missing: {', '.join(missing)} (scripts/setup.sh installs them)" \
+        if missing else None
+
+
+requires_testbed = pytest.mark.skipif(_testbed_missing() is not None,
+                                      reason=_testbed_missing() or "")
