@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzer.localize import Finding, Pair, localize
+from analyzer.localize import Finding, Pair, localize, worst_symptom
 from analyzer.loss import loss_pvalues
 from analyzer.paths import UnderlayPaths
 from netskel import metrics
@@ -60,8 +60,9 @@ class Analyzer:
         self._history: dict[Pair, deque[_Seen]] = defaultdict(deque)
         self._by_endpoint: dict[str, set[Pair]] = defaultdict(set)
         self.incidents: dict[str, Incident] = {}
-        self._open: dict[tuple[str, str, str], str] = {}
-        self._streak: dict[tuple[str, str, str], tuple[int, float]] = {}
+        # Keyed by component: a loss that turns into unreachability is one incident.
+        self._open: dict[tuple[str, str], str] = {}
+        self._streak: dict[tuple[str, str], tuple[int, float]] = {}
         self.dead: set[str] = set()
         self.known_endpoints: set[str] = set(topo.endpoints)
         self._seq = 0
@@ -162,7 +163,7 @@ class Analyzer:
         changed = []
         seen_keys = set()
         for f in findings:
-            key = (f.component.type, f.component.id, f.symptom)
+            key = (f.component.type, f.component.id)
             seen_keys.add(key)
             count, first = self._streak.get(key, (0, start))
             self._streak[key] = (count + 1, first)
@@ -184,6 +185,7 @@ class Analyzer:
                 inc = self.incidents[inc_id]
                 inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
                 inc.confidence = max(inc.confidence, f.confidence)
+                inc.symptom = worst_symptom((inc.symptom, f.symptom))
                 inc.evidence = ev
             changed.append(inc)
         for key in [k for k in self._streak if k not in seen_keys]:
@@ -228,13 +230,13 @@ class Analyzer:
         incidents: dict[str, Incident] = {}
         for pair in dict.fromkeys(asked):
             hits = [i for i in self.incidents.values() if pair in i.pairs
-                    and i.start <= end and (i.end is None or i.end >= start)]
+                    and i.start <= end and (i.end is None or i.end > start)]
             if hits:
                 for i in hits:
                     incidents[i.id] = i
                 verdicts.append(PairVerdict(pair, FAULT, ", ".join(sorted(i.id for i in hits))))
                 continue
-            seen = [s for s in self._history.get(pair, ()) if s.end >= start and s.start <= end]
+            seen = [s for s in self._history.get(pair, ()) if s.end > start and s.start <= end]
             if any(s.anomalous for s in seen):
                 verdicts.append(PairVerdict(pair, INCONCLUSIVE,
                                             "anomalous window(s) not yet persistent"))

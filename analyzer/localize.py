@@ -9,7 +9,7 @@ names links until every pair is explained."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,7 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
             network[pair] = symptom
     for ep, pairs in sorted(by_agent.items()):
         findings.append(Finding(component=Component("agent", ep), layer="agent",
-                                symptom=_worst(anomalous[p] for p in pairs), pairs=sorted(pairs),
+                                symptom=worst_symptom(anomalous[p] for p in pairs), pairs=sorted(pairs),
                                 confidence=0.9,
                                 evidence={"reason": "the agent stopped heartbeating; its pairs "
                                                     "fail because nobody probes or answers"}))
@@ -66,7 +66,7 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
         if not score:
             pairs = sorted(unexplained)
             findings.append(Finding(component=Component("endpoint", pairs[0][1]), layer="unknown",
-                                    symptom=_worst(network[p] for p in pairs), pairs=pairs,
+                                    symptom=worst_symptom(network[p] for p in pairs), pairs=pairs,
                                     confidence=0.2,
                                     evidence={"reason": "every candidate link is cleared by "
                                                         "healthy pairs"}))
@@ -77,7 +77,7 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
         confidence = best_score / len(explained)
         findings.append(Finding(
             component=Component("link", best), layer="underlay",
-            symptom=_worst(network[p] for p in explained), pairs=explained,
+            symptom=worst_symptom(network[p] for p in explained), pairs=explained,
             confidence=round(min(1.0, confidence), 3),
             evidence={"votes": {k: round(v, 3) for k, v in ranked[:5]},
                       "cleared_links": len(cleared), "anomalous_pairs": len(explained)}))
@@ -85,7 +85,7 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
     return findings
 
 
-def _worst(symptoms: Any) -> str:
+def worst_symptom(symptoms: Iterable[str]) -> str:
     s = set(symptoms)
     for name in ("unreachable", "loss", "latency", "degradation"):
         if name in s:

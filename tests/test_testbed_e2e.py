@@ -1,0 +1,120 @@
+"""netskel on a real namespace cluster: agents in container namespaces,
+controller and analyzer on the root namespace, faults on real links.
+
+One deployment serves the module; each test leaves the cluster healthy."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import grpc
+import pytest
+
+from netskel.api.v1 import common_pb2 as cpb
+from netskel.api.v1 import netdiag_pb2 as dpb
+from testbed import faults
+from testbed.deploy import Deployment
+from testbed.layout import Layout
+from tests.conftest import requires_testbed
+from tests.helpers import wait_for
+
+pytestmark = [requires_testbed, pytest.mark.testbed]
+WINDOW_S = 10
+LATE_S = 30
+
+
+@pytest.fixture(scope="module")
+def dep():
+    with Deployment(Layout(hosts=4, rails=2, hosts_per_tor=2, spines=2), window_s=WINDOW_S) as d:
+        yield d
+
+
+def test_late_container_is_not_probed_early_and_raises_no_incident(dep):
+    lay = dep.layout
+    t_start = time.time()
+    dep.start_agents([0, 1, 2])
+    early = [p for p in dep.all_pairs() if lay.container(3) not in p[0] + p[1]]
+    late = [p for p in dep.all_pairs() if p not in early]
+    wait_for(lambda: all(v == dpb.NETWORK_OK for v in dep.verdicts(early, t_start).values()),
+             60, "the first three containers' pairs to be healthy", poll=1)
+    # The scenario is a container starting LATE_S seconds late: wait it out.
+    time.sleep(max(0.0, t_start + LATE_S - time.time()))
+    v = dep.verdicts(late, t_start)
+    assert all(x == dpb.INCONCLUSIVE for x in v.values()), \
+        "nothing may be probed (or judged) before the late container's agent is ready"
+    dep.start_agents([3])
+    dep.wait_all_ok(timeout=60)
+    resp = dep.netdiag.ListIncidents(dpb.ListIncidentsRequest())
+    assert list(resp.incidents) == [], "a late container must not raise an incident"
+
+
+def _faulty_link(dep) -> tuple[str, list[tuple[str, str]]]:
+    """A ToR-spine link that some pair's traffic really crosses."""
+    lay = dep.layout
+    for r in range(lay.rails):
+        for t in range(lay.tors_per_rail):
+            for s in range(lay.spines):
+                crossing = dep.crossing(lay.tor(r, t), lay.spine(s))
+                if crossing:
+                    return "~".join(sorted((lay.tor(r, t), lay.spine(s)))), crossing
+    raise AssertionError("no ToR-spine link carries any pair")
+
+
+def test_link_down_is_fault_for_crossing_pairs_ok_for_others(dep):
+    dep.wait_all_ok(timeout=60)
+    link, crossing = _faulty_link(dep)
+    others = [p for p in dep.all_pairs() if p not in crossing]
+    t_fault = time.time()
+    undo = faults.link_down(dep.cluster, link)
+    try:
+        resp = wait_for(lambda: (r := dep.diagnose(dep.all_pairs(), since=t_fault))
+                        .verdict == dpb.NETWORK_FAULT and r, 60, "NETWORK_FAULT", poll=1)
+        took = time.time() - t_fault
+        assert took <= 60
+        verdicts = {(v.pair.a, v.pair.b): v.verdict for v in resp.pairs}
+        assert {p for p, v in verdicts.items() if v == dpb.NETWORK_FAULT} == set(crossing)
+        assert all(verdicts[p] == dpb.NETWORK_OK for p in others)
+        named = {(p.a, p.b) for i in resp.incidents for p in i.pairs}
+        assert named == set(crossing)
+        inc = resp.incidents[0]
+        assert inc.component.type == cpb.COMPONENT_TYPE_LINK and inc.layer == cpb.LAYER_UNDERLAY
+        # Without traced routes ECMP alternatives tie: the faulty link is among the top votes.
+        votes = dict(inc.evidence["votes"])
+        assert votes[link] == max(votes.values())
+        # A pair that does not cross the link, asked alone, is fine.
+        if others:
+            alone = dep.diagnose([others[0]], since=t_fault)
+            assert alone.verdict == dpb.NETWORK_OK
+    finally:
+        undo()
+    closed = wait_for(lambda: (r := dep.netdiag.ListIncidents(dpb.ListIncidentsRequest()))
+                      .incidents and all(i.HasField("end") for i in r.incidents) and r,
+                      60, "the incident to close once the link is back", poll=1)
+    dep.wait_all_ok(timeout=60, since=max(i.end for i in closed.incidents))
+
+
+def test_controller_restart_mid_run_loses_nothing(dep):
+    dep.wait_all_ok(timeout=60)
+    before_regs = {c: (r.host, r.endpoints) for c, r in dep.controller.state.regs.items()}
+    before_lists = {c: dict(pl) for c, pl in dep.controller.state.lists.items()}
+    dep.stop_controller()
+    dep.start_controller()
+    assert {c: (r.host, r.endpoints) for c, r in dep.controller.state.regs.items()} == before_regs
+    assert {c: dict(pl) for c, pl in dep.controller.state.lists.items()} == before_lists
+    t = time.time()
+    dep.wait_all_ok(timeout=60, since=t)
+    assert dep.netdiag.ListIncidents(dpb.ListIncidentsRequest(open_only=True)).incidents == []
+
+
+def test_netdiag_rejects_bad_requests_and_keeps_serving(dep):
+    with pytest.raises(grpc.RpcError) as e:
+        dep.diagnose([("job7-w000/rnic0", "nobody/rnic0")])
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND and "nobody/rnic0" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        dep.netdiag.Diagnose(dpb.DiagnoseRequest(), timeout=5)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    port = dep.analyzer.ports[0]
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(bytes(range(256)) * 4)
+    assert dep.diagnose(dep.all_pairs()[:1]).verdict in (dpb.NETWORK_OK, dpb.NETWORK_FAULT)
