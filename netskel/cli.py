@@ -69,9 +69,9 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       job=a.job or env("NETSKEL_JOB", ""), host=a.host or env("NETSKEL_HOST", ""),
                       endpoints=endpoints, probe_port=a.probe_port, probe_rate_hz=a.rate,
                       metrics_port=a.metrics_port)
-    _metrics(cfg.metrics_port)
     agent = Agent(cfg)
     agent.start()
+    _metrics(cfg.metrics_port)  # up only once the agent is: readiness for scrapers too
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
     _wait_for_signal()
     agent.stop()

@@ -213,7 +213,7 @@ class Agent:
             try:
                 self._session(channel)
             except grpc.RpcError as e:
-                log.warning("controller %s: %s", self.cfg.controller, e.code())
+                log.warning("controller %s: %s: %s", self.cfg.controller, e.code().name, e.details())
             finally:
                 channel.close()
             if self.stop_event.is_set():

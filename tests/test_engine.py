@@ -1,0 +1,135 @@
+"""The analyzer's logic without any network: windows and `now` in, incidents
+and verdicts out."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analyzer.engine import FAULT, INCONCLUSIVE, OK, Analyzer
+from analyzer.localize import localize
+from analyzer.paths import UnderlayPaths
+from netskel.config import AnalyzerConfig
+from netskel.errors import InputError, NotFoundError
+from netskel.model import AgentState, WindowStats
+from netskel.topology import parse_topology
+from testbed.layout import Layout, layout_doc
+
+LAY = Layout(hosts=4, rails=2, hosts_per_tor=2, spines=2)
+W = 30.0
+T0 = 1_700_000_010.0 // W * W
+
+
+@pytest.fixture
+def engine():
+    return Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig())
+
+
+def win(a, b, k, sent=300, lost=0, size=64):
+    start = T0 + k * W
+    if lost >= sent:
+        return WindowStats(a, b, start, start + W, size, sent, sent)
+    return WindowStats(a, b, start, start + W, size, sent, lost, 10, 12, 13, 14, 13, 1, 20)
+
+
+def rail_pairs(r):
+    return [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for a in range(4) for b in range(a + 1, 4)]
+
+
+def feed(engine, k, bad=(), lost=150, sizes=(64,)):
+    ws = [win(a, b, k, lost=lost if (a, b) in bad else 0, size=s)
+          for r in range(2) for a, b in rail_pairs(r) for s in sizes]
+    assert engine.add_windows(ws) == []
+    return engine.tick(T0 + (k + 1) * W + 5)
+
+
+def test_healthy_windows_raise_nothing_and_diagnose_ok(engine):
+    for k in range(3):
+        assert feed(engine, k) == []
+    d = engine.diagnose([], rail_pairs(0), 0, 0, now=T0 + 3 * W + 5)
+    assert d.verdict == OK and all(v.verdict == OK for v in d.pairs)
+
+
+def test_single_lost_probe_is_not_an_incident(engine):
+    bad = {rail_pairs(0)[0]}
+    assert feed(engine, 0, bad=bad, lost=1) == []
+
+
+def test_loss_opens_then_recovery_closes(engine):
+    p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
+    feed(engine, 0)
+    changed = feed(engine, 1, bad={p})
+    assert len(changed) == 1 and changed[0].end is None and p in changed[0].pairs
+    d = engine.diagnose([LAY.endpoint(0, 0)], [], 0, 0, now=T0 + 2 * W + 5)
+    assert d.verdict == FAULT
+    assert {v.pair: v.verdict for v in d.pairs}[p] == FAULT
+    closed = feed(engine, 2)
+    assert closed and closed[0].end == T0 + 2 * W
+    # After the close, a range starting at the end is clean.
+    d = engine.diagnose([], [p], closed[0].end, T0 + 3 * W, now=T0 + 3 * W + 5)
+    assert d.verdict == OK
+
+
+def test_persistence_requirement_delays_the_incident():
+    e = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig(persist_windows=2))
+    p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
+    assert feed(e, 0, bad={p}) == []
+    d = e.diagnose([], [p], 0, 0, now=T0 + W + 5)
+    assert d.verdict == INCONCLUSIVE and "not yet persistent" in d.pairs[0].reason
+    opened = feed(e, 1, bad={p})
+    assert opened and opened[0].start == T0, "the incident starts where the anomaly did"
+
+
+def test_dead_agent_is_blamed_not_the_network(engine):
+    victim = 2
+    eps = tuple(LAY.endpoint(victim, r) for r in range(2))
+    engine.set_agent(AgentState(LAY.container(victim), eps, registered=True, ready=False,
+                                last_heartbeat=T0))
+    bad = {p for r in range(2) for p in rail_pairs(r) if LAY.endpoint(victim, r) in p}
+    changed = feed(engine, 0, bad=bad, lost=300)
+    assert changed and all(i.layer == "agent" and i.component.type == "agent" for i in changed)
+    assert {i.component.id for i in changed} <= set(eps)
+
+
+def test_unknown_and_empty_requests(engine):
+    with pytest.raises(NotFoundError, match="ghost"):
+        engine.diagnose(["ghost"], [], 0, 0, now=T0)
+    with pytest.raises(InputError):
+        engine.diagnose([], [], 0, 0, now=T0)
+    with pytest.raises(InputError, match="after end"):
+        engine.diagnose([LAY.endpoint(0, 0)], [], T0 + 10, T0, now=T0)
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (WindowStats("a", "b", T0, T0 + W, 64, 10, 11), "impossible counts"),
+    (WindowStats("a", "b", T0, T0 + W, 64, 10, 0, -1, 1, 1, 1, 1, 0, 1), "negative or absurd"),
+    (WindowStats("a", "b", T0, T0 + W, 64, 10, 0, math.nan, 1, 1, 1, 1, 0, 1), "missing"),
+    (WindowStats("a", "b", T0, T0 + W, 64, 10, 0, 1, 5, 3, 4, 4, 0, 6), "out of order"),
+    (WindowStats("a", "b", T0 + W, T0, 64, 10, 0), "ends before"),
+    (WindowStats("a", "a", T0, T0 + W, 64, 10, 0), "src equals dst"),
+])
+def test_absurd_windows_are_rejected_and_do_not_poison_history(engine, bad, reason):
+    rejected = engine.add_windows([bad])
+    assert len(rejected) == 1 and reason in rejected[0]
+    assert engine.flush() == []
+
+
+def test_vote_spreads_over_ecmp_and_healthy_single_paths_clear():
+    topo = parse_topology(layout_doc(LAY))
+    paths = UnderlayPaths(topo)
+    nic = {e: topo.endpoints[e].nic for e in topo.endpoints}
+    w = paths.weighted_links(nic[LAY.endpoint(0, 0)], nic[LAY.endpoint(2, 0)])
+    assert w["h0000/rnic0~tor-r0-0"] == 1.0 and w["spine-0~tor-r0-0"] == 0.5
+    assert len(w) == 6
+    same_tor = paths.weighted_links(nic[LAY.endpoint(0, 0)], nic[LAY.endpoint(1, 0)])
+    assert same_tor == {"h0000/rnic0~tor-r0-0": 1.0, "h0001/rnic0~tor-r0-0": 1.0}
+
+    def cand(p):
+        return paths.weighted_links(nic[p[0]], nic[p[1]])
+    # Host 0's rail-0 NIC link fails: every rail-0 pair of host 0 is lossy.
+    bad = {p: "loss" for p in rail_pairs(0) if LAY.endpoint(0, 0) in p}
+    healthy = {p for p in rail_pairs(0) if p not in bad}
+    found = localize(bad, healthy, set(), cand)
+    assert len(found) == 1
+    assert found[0].component.id == "h0000/rnic0~tor-r0-0" and found[0].confidence == 1.0
