@@ -47,7 +47,7 @@ def _follow_feed(cfg: AnalyzerConfig, engine: Analyzer, lock: threading.Lock,
     while not stop.is_set():
         channel = grpc.insecure_channel(cfg.controller)
         stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest())
-        watcher = threading.Thread(target=lambda: (stop.wait(), stream.cancel()), daemon=True)
+        watcher = threading.Thread(target=lambda s=stream: (stop.wait(), s.cancel()), daemon=True)
         watcher.start()
         try:
             for ev in stream:

@@ -14,7 +14,7 @@ class Backoff:
     attempt: int = 0
 
     def next(self) -> float:
-        delay = min(self.cap, self.base * 2 ** self.attempt)
+        delay: float = min(self.cap, self.base * 2.0 ** self.attempt)
         self.attempt += 1
         return delay * random.uniform(0.5, 1.0)
 

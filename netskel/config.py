@@ -62,6 +62,16 @@ class Config:
     analyzer: AnalyzerConfig = field(default_factory=AnalyzerConfig)
 
 
+def _type_ok(default: Any, v: Any) -> bool:
+    if isinstance(default, bool):
+        return isinstance(v, bool)
+    if isinstance(default, float):
+        return isinstance(v, int | float) and not isinstance(v, bool)
+    if isinstance(default, int):
+        return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, type(default))
+
+
 def _build(cls: type[T], raw: Any, where: str) -> T:
     if not isinstance(raw, dict):
         raise InputError(f"{where}: expected a table")
@@ -80,10 +90,9 @@ def _build(cls: type[T], raw: Any, where: str) -> T:
             if not isinstance(v, list):
                 raise InputError(f"{where}.{k}: expected a list")
             v = tuple(v)
-        elif isinstance(default, bool) or not isinstance(v, type(default)):
-            if not (isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool)):
-                raise InputError(f"{where}.{k}: expected {type(default).__name__}, "
-                                 f"got {type(v).__name__}")
+        elif not _type_ok(default, v):
+            raise InputError(f"{where}.{k}: expected {type(default).__name__}, "
+                             f"got {type(v).__name__}")
         kwargs[k] = v
     return dataclasses.replace(defaults, **kwargs)  # type: ignore[type-var]
 

@@ -16,14 +16,14 @@ import grpc
 from controller.pinglist import Target
 from controller.registration import RegEndpoint, Registration
 from netskel import metrics, serde
-from netskel.backoff import Backoff
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
+from netskel.backoff import Backoff
 from netskel.config import AgentConfig
 from netskel.errors import InputError
 from netskel.model import CounterSample, WindowStats
 from probe_agent import counters, wire
-from probe_agent.udp import ProbeTarget, Prober, Responder
+from probe_agent.udp import Prober, ProbeTarget, Responder
 from probe_agent.window import WindowAccumulator
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ class Agent:
                 end.wait(self.heartbeat_s)
         finally:
             end.set()
-            watch.cancel()
+            watch.cancel()  # type: ignore[no-untyped-call]
             for t in threads:
                 t.join(timeout=5)
 

@@ -36,7 +36,10 @@ def _nft(cluster: Cluster, link: str, table: str, rule: str) -> Undo:
     script = (f"table inet {table} {{\n chain nsk {{\n  type filter hook forward priority 0;\n"
               f"  iifname \"{dev}\" {rule}\n  oifname \"{dev}\" {rule}\n }}\n}}\n")
     run("ip", "netns", "exec", netns, "nft", "-f", "-", input=script)
-    return lambda: run("ip", "netns", "exec", netns, "nft", "delete", "table", "inet", table)
+
+    def undo() -> None:
+        run("ip", "netns", "exec", netns, "nft", "delete", "table", "inet", table)
+    return undo
 
 
 def random_loss(cluster: Cluster, link: str, percent: int) -> Undo:
@@ -94,5 +97,7 @@ def delete_overlay_rule(cluster: Cluster, h: int, dst_ip: str) -> Undo:
     if not actions:
         raise KeyError(f"host {h} has no rule for {dst_ip}")
     ovs.ofctl("del-flows", "br0", "--strict", f"priority=100,ip,nw_dst={dst_ip}")
-    return lambda: ovs.ofctl("add-flow", "br0",
-                             f"priority=100,ip,nw_dst={dst_ip},actions={actions[0]}")
+
+    def undo() -> None:
+        ovs.ofctl("add-flow", "br0", f"priority=100,ip,nw_dst={dst_ip},actions={actions[0]}")
+    return undo

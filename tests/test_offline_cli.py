@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analyzer.windows import compute_windows
 from analyzer.records import ProbeRecords
+from analyzer.windows import compute_windows
 from netskel.cli import main
 from netskel.topology import parse_topology
+
+CONTRACTS = Path(__file__).resolve().parents[2] / "shared" / "contracts"
 
 
 def probe_table(topo_doc, lossy_pair=None, loss=0.3, seconds=120, rate=20, seed=1):
@@ -70,7 +73,7 @@ def test_analyze_finds_the_lossy_pair_only(tmp_path, topo_file, topo_doc):
                  str(tmp_path / "p.parquet"), "-o", str(out)]) == 0
     doc = json.loads(out.read_text())
     jsonschema = pytest.importorskip("jsonschema")
-    schema = json.loads(open("../shared/contracts/incidents.schema.json").read())
+    schema = json.loads(CONTRACTS.joinpath("incidents.schema.json").read_text())
     jsonschema.validate(doc, schema)
     assert doc["incidents"], "the lossy pair must raise an incident"
     flagged = {tuple(p) for i in doc["incidents"] for p in i["pairs"]}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs everything netskel, its testbed and its tests need on a fresh
+# Debian machine (run as root): system tools from apt, Python deps in .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pkgs=(openvswitch-switch ethtool iptables nftables iproute2 iputils-ping)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/pip install -q --upgrade pip >/dev/null
+.venv/bin/pip install -q -e '.[dev]'
+echo "setup done: .venv ready, system tools installed"

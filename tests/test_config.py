@@ -1,0 +1,38 @@
+import pytest
+
+from netskel.config import Reloadable, load_config
+from netskel.errors import InputError
+
+
+def test_defaults_and_overrides(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('[controller]\nwindow_seconds = 10\nlisten = ["unix:/x"]\n'
+                 '[analyzer]\nloss_alpha = 1\n')
+    cfg = load_config(p)
+    assert cfg.controller.window_seconds == 10 and cfg.controller.listen == ("unix:/x",)
+    assert cfg.analyzer.loss_alpha == 1.0 and cfg.agent.probe_port == 7100
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[controller]\nwindow_secs = 10\n", "unknown key(s) window_secs"),
+    ("[nope]\n", "unknown key(s) nope"),
+    ("[controller]\nwindow_seconds = 'ten'\n", "expected int, got str"),
+    ("[controller]\nwindow_seconds = true\n", "expected int, got bool"),
+    ("[controller\n", "malformed TOML"),
+])
+def test_bad_config_is_one_clear_error(tmp_path, text, message):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config(p)
+
+
+def test_bad_reload_keeps_last_good(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[agent]\nprobe_rate_hz = 5\n")
+    r = Reloadable(p)
+    p.write_text("[agent]\nprobe_rate_hz = 'fast'\n")
+    assert not r.reload() and "probe_rate_hz" in (r.last_error or "")
+    assert r.current.agent.probe_rate_hz == 5.0
+    p.write_text("[agent]\nprobe_rate_hz = 20\n")
+    assert r.reload() and r.current.agent.probe_rate_hz == 20.0
