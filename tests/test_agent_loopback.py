@@ -21,7 +21,7 @@ from tests.helpers import wait_for
 def agent_cfg(topo_doc, h: int, target: str, **kw) -> AgentConfig:
     c = topo_doc["containers"][h]
     return AgentConfig(controller=target, container=c["id"], job=c["job"], host=c["host"],
-                       endpoints=tuple(f"{e['id']},{e['nic']},{e['ip']}" for e in c["endpoints"]),
+                       endpoints=tuple(f"{e['id']},{e['nic']},{e['ip']},lo" for e in c["endpoints"]),
                        probe_port=7100, probe_rate_hz=20, probe_timeout_s=0.3,
                        sizes=(64, 1024), **kw)
 
@@ -91,6 +91,12 @@ def test_probe_windows_flow_and_late_container_is_not_probed_early(topo_file, to
         wait_for(lambda: any(w.dst in late_eps and w.sent > 0 for w in healthy_windows()), 20,
                  "probes to the late container once it is ready")
         assert not any(w.dst in late_eps and w.lost == w.sent for w in seen)
+        # NIC byte counters arrive too, sampled at 10 Hz or faster.
+        samples = list(ctl.state.counters[topo_doc["containers"][0]["endpoints"][0]["id"]])
+        assert len(samples) >= 10
+        gaps = [b.ts - a.ts for a, b in zip(samples, samples[1:], strict=False)]
+        assert sorted(gaps)[len(gaps) // 2] <= 0.11
+        assert samples[-1].tx_bytes >= samples[0].tx_bytes
     finally:
         feed.close()
         for a in [*agents, *([late] if late else [])]:

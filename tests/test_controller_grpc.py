@@ -150,3 +150,36 @@ def test_silent_agent_is_announced_to_the_feed(controller, topo_doc):
     wait_for(saw_gone, 10, "the feed to announce the silent agent")
     feed.cancel()
     ch.close()
+
+
+def test_join_and_leave_push_only_the_changes(controller, topo_doc):
+    ch, stub = _stub(controller.ports[0])
+    _register(stub, topo_doc, 0)
+    stream = stub.WatchPingList(pb.WatchPingListRequest(container="job7-w000"))
+    first = next(stream)
+    before = {(t.src, t.dst) for t in first.upsert}
+    # A container the topology snapshot does not know joins on host 1.
+    stub.Register(pb.RegisterRequest(
+        container="job7-extra", job="job7", host="h0001", probe_port=7100,
+        endpoints=[pb.EndpointInfo(id="job7-extra/rnic0", nic="h0001/rnic0", ip="127.0.10.99")]))
+    mine = {(t.src, t.dst) for t in first.upsert}
+    got = set()
+    # Its pair with job7-w000 lands on one side only; w000 hears of it if it is the prober.
+    lists = {c: set(pl) for c, pl in controller.state.lists.items()}
+    involved = {k for pl in lists.values() for k in pl if "job7-extra/rnic0" in k}
+    assert involved and all(k[0].endswith("rnic0") and k[1].endswith("rnic0") for k in involved)
+    if any(k[0].startswith("job7-w000/") for k in involved):
+        update = next(stream)
+        got = {(t.src, t.dst) for t in update.upsert}
+        assert got <= involved and not update.remove
+    stub.Deregister(pb.DeregisterRequest(container="job7-extra"))
+    if got:
+        update = next(stream)
+        assert {(t.src, t.dst) for t in update.remove} == got
+    assert {k for pl in controller.state.lists.values() for k in pl} & involved == set()
+    assert mine == before
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Deregister(pb.DeregisterRequest(container="job7-extra"))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    stream.cancel()
+    ch.close()

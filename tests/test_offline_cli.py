@@ -131,3 +131,17 @@ def test_infer_falls_back_to_rail_aligned_list(tmp_path, topo_file, topo_doc):
     assert job["confidence"] == 0.0
     pairs = {tuple(sorted((s, d))) for s, ds in job["ping_list"].items() for d in ds}
     assert len(pairs) == 2 * (4 * 3 // 2)  # per rail: every cross-host pair, once
+
+
+@pytest.mark.parametrize("cmd", ["controller", "analyzer"])
+def test_servers_refuse_a_malformed_topology_in_one_line(tmp_path, cmd):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "t.json"
+    bad.write_text('{"version": 1, "switches": [], "hosts": [], "links": [{"a": "x"}]}')
+    out = subprocess.run([sys.executable, "-m", "netskel.cli", cmd, "--topology", str(bad),
+                          "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "links[0]: missing required field 'b'" in lines[0]

@@ -1,0 +1,92 @@
+"""Agent pieces without a controller: wire format, windows, size classes,
+and a responder fed garbage."""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from netskel.errors import InputError
+from probe_agent import wire
+from probe_agent.agent import parse_endpoint, size_classes
+from probe_agent.rdma import rdma_availability
+from probe_agent.udp import Responder
+from probe_agent.window import WindowAccumulator
+
+
+def test_wire_round_trip_and_garbage():
+    p = wire.Probe(kind=wire.KIND_PROBE, size=256, seq=7, token=9, t_send_ns=123)
+    data = wire.encode(p)
+    assert len(data) == 256 and wire.decode(data) == p
+    r = wire.decode(wire.reply_to(data, 55))
+    assert r.kind == wire.KIND_REPLY and r.dwell_ns == 55 and r.seq == 7
+    for junk in (b"", b"x" * 10, b"NSKP" + bytes(60), data[:-1], b"XXXX" + data[4:]):
+        assert wire.decode(junk) is None
+
+
+def test_window_accumulator_counts_loss_and_late_replies():
+    acc = WindowAccumulator(window_s=10, timeout_s=1)
+    for i in range(10):
+        acc.sent("a", "b", 64, 100.0 + i * 0.5)
+    for i in range(8):
+        acc.replied("a", "b", 64, 100.0 + i * 0.5, 10.0 + i)
+    acc.replied("a", "b", 64, 104.5, 2e6)  # later than the timeout: lost
+    assert acc.close(now=110.5) == [], "not closed before end + timeout"
+    (w,) = acc.close(now=111.0)
+    assert (w.window_start, w.window_end, w.sent, w.lost) == (100.0, 110.0, 10, 2)
+    rtts = np.arange(10.0, 18.0)
+    assert w.rtt_median == np.median(rtts) and w.rtt_std == pytest.approx(rtts.std())
+    assert w.problem() is None
+
+
+def test_all_lost_window_has_no_rtt():
+    acc = WindowAccumulator(window_s=10, timeout_s=1)
+    acc.sent("a", "b", 64, 100.0)
+    (w,) = acc.close(now=200)
+    assert w.lost == w.sent == 1 and math.isnan(w.rtt_median) and w.problem() is None
+
+
+def test_size_classes_respect_the_mtu():
+    assert size_classes((64, 1024, 4096), 1500) == (64, 1024, 1472)
+    assert size_classes((64, 1024, 4096), 4500) == (64, 1024, 4096)
+    assert size_classes((10,), None) == (64,)
+
+
+def test_endpoint_spec():
+    e = parse_endpoint("job/e0,h/n0,10.0.0.1,eth1")
+    assert (e.id, e.nic, e.ip, e.ifname) == ("job/e0", "h/n0", "10.0.0.1", "eth1")
+    with pytest.raises(InputError, match="expected ID,NIC,IP"):
+        parse_endpoint("job/e0,h/n0")
+
+
+def test_responder_survives_garbage_and_still_answers():
+    r = Responder(["127.0.0.1"], 0)
+    stop = threading.Event()
+    t = threading.Thread(target=r.serve, args=(stop,), daemon=True)
+    t.start()
+    try:
+        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        c.settimeout(2)
+        for junk in (b"", b"hello", bytes(range(256)) * 10):
+            c.sendto(junk, ("127.0.0.1", r.port))
+        probe = wire.encode(wire.Probe(wire.KIND_PROBE, 128, 1, 2, 3))
+        c.sendto(probe, ("127.0.0.1", r.port))
+        data, _ = c.recvfrom(4096)
+        reply = wire.decode(data)
+        assert reply is not None and reply.kind == wire.KIND_REPLY and reply.seq == 1
+        assert r.garbage >= 2
+    finally:
+        stop.set()
+        t.join()
+        r.close()
+
+
+def test_rdma_reports_why_it_cannot_run():
+    a = rdma_availability()
+    if a.available:
+        pytest.skip(f"RDMA devices present: {a.devices}")
+    assert a.reason and ("pyverbs" in a.reason or "RDMA device" in a.reason)

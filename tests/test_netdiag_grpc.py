@@ -1,0 +1,134 @@
+"""Controller and analyzer as real gRPC servers on loopback, fed by a client
+that speaks the agent protocol: NetDiag's answers, its incident stream, and
+its behaviour under bad requests."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+
+import grpc
+import pytest
+
+from analyzer.server import start_analyzer
+from controller.server import start_controller
+from netskel import serde
+from netskel.api.v1 import common_pb2 as cpb
+from netskel.api.v1 import controller_pb2 as pb
+from netskel.api.v1 import controller_pb2_grpc as pb_grpc
+from netskel.api.v1 import netdiag_pb2 as dpb
+from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
+from netskel.config import AnalyzerConfig, ControllerConfig
+from netskel.model import WindowStats
+from tests.helpers import wait_for
+
+
+@pytest.fixture
+def stack(topo_file, tmp_path):
+    sock = f"unix:{tmp_path}/c.sock"
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,), db=":memory:"))
+    ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller=sock,
+                                        listen=("127.0.0.1:0",)), tick_s=0.2)
+    ch = grpc.insecure_channel(sock)
+    dch = grpc.insecure_channel(f"127.0.0.1:{ana.ports[0]}")
+    yield pb_grpc.ControllerStub(ch), dpb_grpc.NetDiagStub(dch), ana
+    ch.close()
+    dch.close()
+    ana.stop(0)
+    ctl.stop(0)
+
+
+def _windows(topo_doc, start, lossy=()):
+    c0 = topo_doc["containers"][0]
+    out = []
+    for r, e in enumerate(c0["endpoints"]):
+        for other in topo_doc["containers"][1:]:
+            dst = other["endpoints"][r]["id"]
+            lost = 100 if (e["id"], dst) in lossy else 0
+            out.append(WindowStats(e["id"], dst, start, start + 10, 64, 200, lost,
+                                   10, 11, 12, 13, 12, 1, 20))
+    return out
+
+
+def _report(stub, container, windows):
+    stub.Report(iter([pb.AgentReport(container=container, windows=pb.WindowBatch(
+        windows=[serde.window_to_pb(w) for w in windows]))]))
+
+
+def test_diagnose_watch_and_list(stack, topo_doc):
+    ctl, nd, ana = stack
+    c0 = topo_doc["containers"][0]
+    ctl.Register(pb.RegisterRequest(container=c0["id"], job="job7", host=c0["host"], probe_port=7100,
+                                    endpoints=[pb.EndpointInfo(id=e["id"], nic=e["nic"], ip=e["ip"])
+                                               for e in c0["endpoints"]]))
+    ctl.Heartbeat(pb.HeartbeatRequest(container=c0["id"], ready=True))
+    events: queue.Queue = queue.Queue()
+    watch = nd.WatchIncidents(dpb.WatchIncidentsRequest())
+
+    def follow():
+        try:
+            for i in watch:
+                events.put(i)
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.CANCELLED
+    threading.Thread(target=follow, daemon=True).start()
+    # The feed subscription is asynchronous: wait until the analyzer knows the agent.
+    wait_for(lambda: c0["endpoints"][0]["id"] in ana.engine.known_endpoints, 10, "feed")
+
+    t = (time.time() // 10) * 10
+    bad = (c0["endpoints"][0]["id"], topo_doc["containers"][2]["endpoints"][0]["id"])
+    _report(ctl, c0["id"], _windows(topo_doc, t - 40) + _windows(topo_doc, t - 30, lossy={bad}))
+    opened = events.get(timeout=10)
+    assert opened.symptom == cpb.SYMPTOM_LOSS and not opened.HasField("end")
+    assert [(p.a, p.b) for p in opened.pairs] == [tuple(sorted(bad))]
+
+    d = nd.Diagnose(dpb.DiagnoseRequest(endpoints=[c0["endpoints"][0]["id"]]))
+    assert d.verdict == dpb.NETWORK_FAULT
+    by_pair = {(v.pair.a, v.pair.b): v.verdict for v in d.pairs}
+    assert by_pair.pop(tuple(sorted(bad))) == dpb.NETWORK_FAULT
+    assert by_pair and all(v == dpb.NETWORK_OK for v in by_pair.values())
+    other = topo_doc["containers"][1]["endpoints"][1]["id"]
+    assert nd.Diagnose(dpb.DiagnoseRequest(endpoints=[c0["endpoints"][1]["id"]])).verdict \
+        == dpb.NETWORK_OK
+    assert nd.Diagnose(dpb.DiagnoseRequest(pairs=[cpb.EndpointPair(
+        a=topo_doc["containers"][1]["endpoints"][0]["id"], b=other)])).verdict \
+        == dpb.INCONCLUSIVE, "a pair nobody probes cannot be judged"
+
+    _report(ctl, c0["id"], _windows(topo_doc, t - 20))
+    closed = events.get(timeout=10)
+    assert closed.id == opened.id and closed.end == t - 20
+    listed = nd.ListIncidents(dpb.ListIncidentsRequest())
+    assert [i.id for i in listed.incidents] == [opened.id]
+    assert nd.ListIncidents(dpb.ListIncidentsRequest(open_only=True)).incidents == []
+    watch.cancel()
+
+
+def test_bad_reports_are_rejected_not_fatal(stack, topo_doc):
+    ctl, nd, ana = stack
+    c0 = topo_doc["containers"][0]
+    ctl.Register(pb.RegisterRequest(container=c0["id"], job="job7", host=c0["host"], probe_port=7100,
+                                    endpoints=[pb.EndpointInfo(id=e["id"], nic=e["nic"], ip=e["ip"])
+                                               for e in c0["endpoints"]]))
+    src = c0["endpoints"][0]["id"]
+    dst = topo_doc["containers"][1]["endpoints"][0]["id"]
+    t = time.time() // 10 * 10
+    nan = float("nan")
+    bad = [WindowStats(src, dst, t, t + 10, 64, 5, 9),
+           WindowStats(src, dst, t, t + 10, 64, 5, 0, nan, 1, 1, 1, 1, 1, 1),
+           WindowStats(src, dst, t, t + 10, 64, 5, 0, -3, 1, 1, 1, 1, 1, 1),
+           WindowStats(topo_doc["containers"][1]["endpoints"][1]["id"], dst, t, t + 10, 64, 5, 0,
+                       1, 1, 1, 1, 1, 0, 1)]
+    ack = ctl.Report(iter([pb.AgentReport(container=c0["id"], windows=pb.WindowBatch(
+        windows=[serde.window_to_pb(w) for w in bad])),
+        pb.AgentReport(container=c0["id"], counters=pb.CounterBatch(samples=[
+            pb.CounterSample(endpoint=src, ts=t, tx_bytes=-5, rx_bytes=1),
+            pb.CounterSample(endpoint=src, ts=t, tx_bytes=5, rx_bytes=1)]))]))
+    assert (ack.accepted, ack.rejected) == (1, 5)
+    with pytest.raises(grpc.RpcError) as e:
+        ctl.Report(iter([pb.AgentReport(container="stranger", windows=pb.WindowBatch())]))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    with socket.create_connection(("127.0.0.1", ana.ports[0]), timeout=5) as s:
+        s.sendall(b"\x16\x03\x01" + bytes(500))
+    assert nd.ListIncidents(dpb.ListIncidentsRequest()).incidents == []
