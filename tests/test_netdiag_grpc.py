@@ -52,6 +52,13 @@ def _windows(topo_doc, start, lossy=()):
     return out
 
 
+def _register_first(stub, topo_doc):
+    c0 = topo_doc["containers"][0]
+    stub.Register(pb.RegisterRequest(container=c0["id"], job="job7", host=c0["host"], probe_port=7100,
+                                     endpoints=[pb.EndpointInfo(id=e["id"], nic=e["nic"], ip=e["ip"])
+                                                for e in c0["endpoints"]]))
+
+
 def _report(stub, container, windows):
     stub.Report(iter([pb.AgentReport(container=container, windows=pb.WindowBatch(
         windows=[serde.window_to_pb(w) for w in windows]))]))
@@ -60,9 +67,7 @@ def _report(stub, container, windows):
 def test_diagnose_watch_and_list(stack, topo_doc):
     ctl, nd, ana = stack
     c0 = topo_doc["containers"][0]
-    ctl.Register(pb.RegisterRequest(container=c0["id"], job="job7", host=c0["host"], probe_port=7100,
-                                    endpoints=[pb.EndpointInfo(id=e["id"], nic=e["nic"], ip=e["ip"])
-                                               for e in c0["endpoints"]]))
+    _register_first(ctl, topo_doc)
     ctl.Heartbeat(pb.HeartbeatRequest(container=c0["id"], ready=True))
     events: queue.Queue = queue.Queue()
     watch = nd.WatchIncidents(dpb.WatchIncidentsRequest())
@@ -108,9 +113,7 @@ def test_diagnose_watch_and_list(stack, topo_doc):
 def test_bad_reports_are_rejected_not_fatal(stack, topo_doc):
     ctl, nd, ana = stack
     c0 = topo_doc["containers"][0]
-    ctl.Register(pb.RegisterRequest(container=c0["id"], job="job7", host=c0["host"], probe_port=7100,
-                                    endpoints=[pb.EndpointInfo(id=e["id"], nic=e["nic"], ip=e["ip"])
-                                               for e in c0["endpoints"]]))
+    _register_first(ctl, topo_doc)
     src = c0["endpoints"][0]["id"]
     dst = topo_doc["containers"][1]["endpoints"][0]["id"]
     t = time.time() // 10 * 10
