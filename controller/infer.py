@@ -1,7 +1,5 @@
-"""`netskel infer`, first cut: reads contract section 2 throughput exactly and
-answers every job with its rail-aligned list at zero confidence, the
-contract's answer for a job whose skeleton is not (yet) inferred. The
-skeleton inference proper replaces `infer_job` (issue 3)."""
+"""`netskel infer`: contract section 2 throughput in, contract section 4
+skeleton out, one job at a time (controller/skeleton.py does the work)."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.records import read_table
-from controller.pinglist import MemberEndpoint, probe_owner, rail_aligned_pairs
+from controller.skeleton import infer, ping_list, to_rates
 from netskel.errors import InputError
 from netskel.topology import Topology, load_topology
 
@@ -37,25 +35,18 @@ def read_throughput(path: str | Path, topo: Topology) -> dict[str, np.ndarray]:
     return cols
 
 
-def rail_aligned_list(topo: Topology, job: str) -> dict[str, list[str]]:
-    eps = [MemberEndpoint(id=e.id, nic=e.nic, host=topo.nics[e.nic].host,
-                          rail=topo.nics[e.nic].rail, ip=e.ip or "")
-           for e in topo.job_endpoints(job)]
-    plist: dict[str, list[str]] = {e.id: [] for e in eps}
-    for a, b in rail_aligned_pairs(eps):
-        src = probe_owner(a, b)
-        plist[src].append(b if src == a else a)
-    return {k: sorted(v) for k, v in sorted(plist.items())}
-
-
 def infer_job(topo: Topology, job: str, throughput: dict[str, np.ndarray]) -> dict[str, Any]:
-    eps = topo.job_endpoints(job)
+    eps = [e.id for e in topo.job_endpoints(job)]
     if len(eps) < 2:
         raise InputError(f"job '{job}' has {len(eps)} endpoint(s); a skeleton needs two or more")
-    return {"job": job, "confidence": 0.0,
-            "parallelism": {"dp": 1, "tp": 1, "pp": 1, "ep": None},
-            "dp_groups": [], "pp_stages": [],
-            "ping_list": rail_aligned_list(topo, job)}
+    mask = np.isin(throughput["endpoint"], np.asarray(eps, dtype=object))
+    rates = to_rates(throughput["ts"][mask], throughput["endpoint"][mask],
+                     throughput["tx_bytes"][mask], throughput["rx_bytes"][mask], eps)
+    sk = infer(topo, job, rates)
+    return {"job": job, "confidence": sk.confidence,
+            "parallelism": {"dp": sk.dp, "tp": sk.tp, "pp": sk.pp, "ep": sk.ep},
+            "dp_groups": sk.dp_groups, "pp_stages": sk.pp_stages,
+            "ping_list": ping_list(sk.pairs, eps), "notes": sk.notes}
 
 
 def infer_files(topology: str | Path, throughput: str | Path, job: str | None = None

@@ -1,0 +1,400 @@
+"""Traffic-skeleton inference from NIC byte counters: pure functions of data.
+
+1. Counters -> rates on one time grid (resets, gaps, unsorted rows, any
+   interval, host clock offsets of tens of ms).
+2. Is the job periodic? Autocorrelation of its aggregate rate finds the
+   iteration period; no clear period -> the rail-aligned list, flagged.
+3. Features per endpoint: the burst profile folded over the period plus the
+   STFT magnitude at the period's harmonics (scipy.signal.stft).
+4. Per rail, hierarchical clustering into equal groups (the count chosen
+   from the largest gap in merge heights, among divisors of the count);
+   clusters on different rails with the same hosts and the same position in
+   their containers are one data-parallel group (a host may carry several
+   data-parallel ranks when TP is smaller than its NIC count).
+5. Pipeline: groups on a rail are stages; adjacent stages exchange
+   activations (one's tx overlaps the other's rx); the forward direction is
+   the one whose overlap comes first. Corresponding endpoints of adjacent
+   stages are matched by fine-timing correlation (each replica keeps its own
+   jitter); where that is ambiguous all cross pairs are kept (recall first).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import signal
+from scipy.cluster import hierarchy
+from scipy.optimize import linear_sum_assignment
+from sklearn.metrics import silhouette_score
+
+from controller.pinglist import probe_owner
+from netskel.errors import InputError
+from netskel.model import pair_key
+from netskel.topology import Topology
+
+MIN_PERIODICITY = 0.3
+PROFILE_BINS = 48
+HARMONICS = 8
+
+
+@dataclass
+class Rates:
+    endpoints: list[str]
+    t0: float
+    dt: float
+    tx: np.ndarray  # (E, T) bytes/s
+    rx: np.ndarray
+
+
+@dataclass
+class Skeleton:
+    job: str
+    confidence: float
+    dp: int
+    tp: int
+    pp: int
+    ep: int | None
+    dp_groups: list[list[str]]
+    pp_stages: list[list[str]]
+    pairs: set[tuple[str, str]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _monotonic(values: np.ndarray) -> np.ndarray:
+    """Cumulative bytes through counter resets: a drop means the counter
+    restarted from zero, so the new value is what came since."""
+    inc = np.diff(values, prepend=values[:1])
+    inc = np.where(inc < 0, values, inc)
+    return np.cumsum(inc).astype(np.float64)
+
+
+def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarray,
+             wanted: list[str]) -> Rates:
+    """Every wanted endpoint's tx/rx rate on one shared grid."""
+    names, code = np.unique(endpoint, return_inverse=True)
+    index = {n: i for i, n in enumerate(names.tolist())}
+    missing = [e for e in wanted if e not in index]
+    if missing:
+        raise InputError(f"no throughput samples for endpoint '{missing[0]}'"
+                         + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+    order = np.lexsort((ts, code))
+    ts, code, tx, rx = ts[order], code[order], tx[order], rx[order]
+    bounds = np.searchsorted(code, np.arange(len(names) + 1))
+    steps = np.diff(ts)
+    same = np.diff(code) == 0
+    dt = float(np.median(steps[same & (steps > 0)])) if np.any(same & (steps > 0)) else 0.0
+    if dt <= 0:
+        raise InputError("throughput samples have no usable interval")
+    firsts, lasts = [], []
+    for e in wanted:
+        i = index[e]
+        firsts.append(ts[bounds[i]])
+        lasts.append(ts[bounds[i + 1] - 1])
+    start, end = max(firsts), min(lasts)
+    if end - start < 4 * dt:
+        raise InputError("endpoints' recordings do not overlap in time")
+    grid = np.arange(start, end, dt)
+    out_tx = np.empty((len(wanted), len(grid) - 1), dtype=np.float32)
+    out_rx = np.empty_like(out_tx)
+    for k, e in enumerate(wanted):
+        i = index[e]
+        sl = slice(bounds[i], bounds[i + 1])
+        t = ts[sl]
+        keep = np.concatenate([[True], np.diff(t) > 0])  # duplicate timestamps
+        t = t[keep]
+        for src, dst in ((tx[sl][keep], out_tx), (rx[sl][keep], out_rx)):
+            cum = np.interp(grid, t, _monotonic(src))
+            dst[k] = np.diff(cum) / dt
+    return Rates(endpoints=list(wanted), t0=float(start), dt=dt, tx=out_tx, rx=out_rx)
+
+
+def find_period(total: np.ndarray, dt: float) -> tuple[float, float]:
+    """(period in seconds, strength in [0, 1]) from the aggregate's
+    autocorrelation; strength near 0 means no iteration structure."""
+    x = total - total.mean()
+    n = len(x)
+    if n < 16 or not np.any(x):
+        return 0.0, 0.0
+    spec = np.fft.rfft(x, 2 * n)
+    acf = np.fft.irfft(spec * np.conj(spec))[:n]
+    acf = acf / acf[0]
+    acf = acf * n / (n - np.arange(n))  # unbiased: long lags have fewer terms
+    lo, hi = 3, n // 3
+    if hi <= lo + 2:
+        return 0.0, 0.0
+    # Peaks are picked on a lightly smoothed ACF: a period that is not a whole
+    # number of samples splits its peak over two neighbouring lags.
+    smooth = np.convolve(acf, np.ones(3) / 3, mode="same")
+    seg = smooth[lo:hi]
+    # The first lag where the ACF dips below zero, then its highest peak.
+    neg = np.flatnonzero(seg < 0)
+    if len(neg) == 0:
+        return 0.0, 0.0
+    tail = seg[neg[0]:]
+    top = float(tail.max())
+    # The first local maximum nearly as high as the best: multiples of the
+    # period are as high as the period itself.
+    local = np.flatnonzero((tail[1:-1] >= tail[:-2]) & (tail[1:-1] >= tail[2:])
+                           & (tail[1:-1] >= 0.5 * top)) + 1
+    peak = neg[0] + (int(local[0]) if len(local) else int(np.argmax(tail)))
+    lag = lo + peak
+    strength = float(acf[lag - 1:lag + 2].max())
+    # Refine with the farthest multiple of the period still well inside the data.
+    best = float(lag)
+    for k in range(2, 10):
+        c = int(round(k * best))
+        if c + 2 >= hi:
+            break
+        w = slice(c - 2, c + 3)
+        j = c - 2 + int(np.argmax(acf[w]))
+        strength = max(strength, float(acf[j]))
+        if 0 < j < n - 1:
+            a, b, cc = acf[j - 1], acf[j], acf[j + 1]
+            denom = a - 2 * b + cc
+            frac = 0.5 * (a - cc) / denom if denom else 0.0
+            best = (j + frac) / k
+    return best * dt, max(0.0, min(1.0, strength))
+
+
+def features(r: Rates, period: float) -> np.ndarray:
+    """The burst pattern as Fourier coefficients at the period's harmonics,
+    rotated so that the fundamental has phase 0: host clocks disagree by tens
+    of milliseconds, but where a stage's bursts sit relative to each other
+    does not. The STFT magnitude at the same harmonics (shift-invariant as
+    well) is appended."""
+    total = (r.tx + r.rx).astype(np.float64)
+    e, n = total.shape
+    t = np.arange(n) * r.dt
+    k = np.arange(1, HARMONICS * 2 + 1)
+    basis = np.exp(-2j * np.pi * np.outer(t, k) / period)
+    x = (total - total.mean(axis=1, keepdims=True)) @ basis
+    rot = np.conj(x[:, :1]) / (np.abs(x[:, :1]) + 1e-12)
+    y = x * rot ** k[None, :]
+    y /= np.linalg.norm(y, axis=1, keepdims=True) + 1e-12
+    nper = int(min(n, max(16, round(4 * period / r.dt))))
+    freqs, _, z = signal.stft(total, fs=1.0 / r.dt, nperseg=nper, axis=-1)
+    mag = np.abs(z).mean(axis=-1)
+    harm = np.array([np.argmin(np.abs(freqs - j / period)) for j in range(1, HARMONICS + 1)])
+    spec = mag[:, harm]
+    spec /= np.linalg.norm(spec, axis=1, keepdims=True) + 1e-9
+    return np.hstack([y.real, y.imag, 0.5 * spec])
+
+
+def _separation(x: np.ndarray, labels: np.ndarray, g: int) -> float:
+    """Mean silhouette: near 0 for a cut through structureless data, near 1
+    for real groups."""
+    return float(silhouette_score(x, labels)) if 1 < g < len(x) else 0.0
+
+
+def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
+                   ) -> tuple[np.ndarray, float]:
+    """Labels of the best split into equal groups of two or more, none holding
+    two NICs of one host, and its separation; one group when no split is
+    clearly better than chance."""
+    n = len(x)
+    if n <= 3:
+        return np.zeros(n, dtype=np.int64), 1.0
+    z = hierarchy.linkage(x, method="average")
+    best: tuple[float, np.ndarray | None] = (0.0, None)
+    for g in range(2, n // 2 + 1):
+        if n % g:
+            continue
+        labels = hierarchy.fcluster(z, g, criterion="maxclust") - 1
+        sizes = np.bincount(labels, minlength=g)
+        if len(sizes) != g or np.any(sizes != n // g):
+            continue
+        if any(len({hosts[i] for i in np.flatnonzero(labels == c)}) != n // g for c in range(g)):
+            continue
+        sep = _separation(x, labels, g)
+        if sep > best[0]:
+            best = (sep, labels)
+    if best[1] is None or best[0] < min_separation:
+        return np.zeros(n, dtype=np.int64), 1.0
+    return best[1].astype(np.int64), best[0]
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-9))
+
+
+def _folded(x: np.ndarray, dt: float, period: float) -> np.ndarray:
+    """Mean rate per phase bin; no finer than the sampling, so no bin is empty."""
+    n = x.shape[-1]
+    nb = int(min(PROFILE_BINS, max(4, period // dt)))
+    bins = np.minimum((((np.arange(n) * dt) / period) % 1.0 * nb).astype(np.int64), nb - 1)
+    counts = np.maximum(np.bincount(bins, minlength=nb), 1)
+    return np.bincount(bins, weights=x, minlength=nb) / counts
+
+
+def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> list[int]:
+    """Chain the groups of one rail by activation exchange, oriented forward."""
+    k = len(groups)
+    if k == 1:
+        return [0]
+    tx = [_folded(r.tx[g].mean(axis=0), r.dt, period) for g in groups]
+    rx = [_folded(r.rx[g].mean(axis=0), r.dt, period) for g in groups]
+    w = np.zeros((k, k))
+    for i in range(k):
+        for j in range(k):
+            if i != j:
+                w[i, j] = _overlap(tx[i], rx[j]) + _overlap(tx[j], rx[i])
+    # Greedy path: strongest exchanges first, degree <= 2, no cycle.
+    parent = list(range(k))
+
+    def root(a: int) -> int:
+        while parent[a] != a:
+            a = parent[a]
+        return a
+    deg = [0] * k
+    adj: dict[int, list[int]] = defaultdict(list)
+    for i, j in sorted(((i, j) for i in range(k) for j in range(i + 1, k)), key=lambda p: -w[p]):
+        if deg[i] < 2 and deg[j] < 2 and root(i) != root(j):
+            adj[i].append(j)
+            adj[j].append(i)
+            deg[i] += 1
+            deg[j] += 1
+            parent[root(i)] = root(j)
+    ends = [i for i in range(k) if deg[i] <= 1]
+    chain = [ends[0]]
+    while len(chain) < k:
+        nxt = [j for j in adj[chain[-1]] if j not in chain]
+        if not nxt:
+            break
+        chain.append(nxt[0])
+    if len(chain) < k:
+        return list(range(k))
+
+    # Orientation: the first stage bursts first in forward. The iteration
+    # starts where the job's longest quiet stretch ends.
+    job = sum(t + x for t, x in zip(tx, rx, strict=True))
+    quiet = job < 0.05 * job.max()
+    best_len, best_end, run = 0, 0, 0
+    for i in range(2 * len(job)):  # circular
+        if quiet[i % len(job)]:
+            run += 1
+            if run > best_len and run <= len(job):
+                best_len, best_end = run, (i + 1) % len(job)
+        else:
+            run = 0
+
+    def onset(g: int) -> int:
+        prof = np.roll(tx[g] + rx[g], -best_end)
+        floor = max(5 * float(np.median(prof)), 0.02 * float(prof.max()))
+        return int(np.argmax(prof > floor))
+    if onset(chain[-1]) < onset(chain[0]):
+        chain = chain[::-1]
+    return chain
+
+
+def match_partners(a_idx: np.ndarray, b_idx: np.ndarray, r: Rates
+                   ) -> tuple[list[tuple[int, int]], float]:
+    """Corresponding endpoints of two adjacent stages by fine timing."""
+    ta = r.tx[a_idx] - r.tx[a_idx].mean(axis=1, keepdims=True)
+    rb = r.rx[b_idx] - r.rx[b_idx].mean(axis=1, keepdims=True)
+    ta /= np.linalg.norm(ta, axis=1, keepdims=True) + 1e-9
+    rb /= np.linalg.norm(rb, axis=1, keepdims=True) + 1e-9
+    c = ta @ rb.T
+    rows, cols = linear_sum_assignment(-c)
+    chosen = c[rows, cols]
+    runner = np.sort(c, axis=1)[:, -2] if c.shape[1] > 1 else np.zeros(len(rows))
+    margin = float(np.median(chosen - runner[rows])) if len(rows) else 0.0
+    return [(int(a_idx[i]), int(b_idx[j])) for i, j in zip(rows, cols, strict=True)], margin
+
+
+def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
+    eps = r.endpoints
+    nic = [topo.nics[topo.endpoints[e].nic] for e in eps]
+    total = (r.tx + r.rx).astype(np.float64)
+    z = (total - total.mean(axis=1, keepdims=True)) / (total.std(axis=1, keepdims=True) + 1e-9)
+    period, strength = find_period(z.mean(axis=0), r.dt)
+    if strength < MIN_PERIODICITY or period <= 0:
+        return rail_aligned(topo, job, eps, f"no periodic traffic (periodicity {strength:.2f})")
+    feats = features(r, period)
+    by_rail: dict[int, list[int]] = defaultdict(list)
+    for i, n in enumerate(nic):
+        by_rail[n.rail].append(i)
+    rail_groups: list[tuple[int, np.ndarray]] = []
+    seps = []
+    for rail, idx in sorted(by_rail.items()):
+        ia = np.array(idx)
+        labels, sep = equal_clusters(feats[ia], [nic[i].host for i in idx])
+        seps.append(sep)
+        for c in range(labels.max() + 1):
+            rail_groups.append((rail, ia[labels == c]))
+    # One data-parallel group = same hosts, same slot in their containers.
+    slot = {}
+    for c in topo.containers.values():
+        for k, e in enumerate(c.endpoints):
+            slot[e.id] = k
+    merged: dict[tuple[frozenset[str], int, int], list[int]] = defaultdict(list)
+    stage_key: dict[int, tuple[frozenset[str], int, int]] = {}
+    for gi, (_rail, members) in enumerate(rail_groups):
+        hosts = frozenset(nic[i].host for i in members)
+        slots = {slot[eps[i]] for i in members}
+        key = (hosts, min(slots) if len(slots) == 1 else -1, gi if len(slots) != 1 else -1)
+        merged[key].extend(members.tolist())
+        stage_key[gi] = key
+    dp_groups = [sorted(eps[i] for i in m) for m in merged.values()]
+    sizes = {len(g) for g in dp_groups}
+    dp = max(sizes) if sizes else 1
+    n = len(eps)
+    pairs: set[tuple[str, str]] = set()
+    for m in merged.values():
+        for x, i in enumerate(m):
+            for j in m[x + 1:]:
+                if nic[i].rail == nic[j].rail and nic[i].host != nic[j].host:
+                    pairs.add(pair_key(eps[i], eps[j]))
+    # Pipeline stages, per rail.
+    notes = []
+    stage_sets: dict[int, list[int]] = defaultdict(list)
+    pp = 1
+    margins = []
+    for rail in sorted(by_rail):
+        groups = [g for rr, g in rail_groups if rr == rail]
+        pp = max(pp, len(groups))
+        if len(groups) == 1:
+            stage_sets[0].extend(groups[0].tolist())
+            continue
+        chain = order_stages(groups, r, period)
+        for s, gi in enumerate(chain):
+            stage_sets[s].extend(groups[gi].tolist())
+        for a, b in zip(chain, chain[1:], strict=False):
+            matched, margin = match_partners(groups[a], groups[b], r)
+            margins.append(margin)
+            if margin < 0.02:  # timing cannot tell partners apart: keep them all
+                matched = [(int(i), int(j)) for i in groups[a] for j in groups[b]]
+                notes.append(f"rail {rail}: stage partners ambiguous, kept all cross pairs")
+            for i, j in matched:
+                if nic[i].host != nic[j].host:
+                    pairs.add(pair_key(eps[i], eps[j]))
+    if n % (dp * pp):
+        notes.append(f"{n} endpoints do not divide into dp={dp} x pp={pp}")
+    tp = max(1, n // (dp * pp))
+    sep = float(np.median(seps)) if seps else 1.0
+    confidence = strength * (sep if pp > 1 or len(dp_groups) > len(by_rail) else 1.0)
+    return Skeleton(job=job, confidence=round(float(min(1.0, max(0.0, confidence))), 3), dp=dp,
+                    tp=tp, pp=pp, ep=None, dp_groups=sorted(dp_groups),
+                    pp_stages=[sorted(eps[i] for i in stage_sets[s]) for s in sorted(stage_sets)],
+                    pairs=pairs, notes=notes)
+
+
+def rail_aligned(topo: Topology, job: str, eps: list[str], why: str) -> Skeleton:
+    pairs = set()
+    for i, a in enumerate(eps):
+        na = topo.nics[topo.endpoints[a].nic]
+        for b in eps[i + 1:]:
+            nb = topo.nics[topo.endpoints[b].nic]
+            if na.rail == nb.rail and na.host != nb.host:
+                pairs.add(pair_key(a, b))
+    return Skeleton(job=job, confidence=0.1, dp=1, tp=1, pp=1, ep=None, dp_groups=[],
+                    pp_stages=[], pairs=pairs, notes=[why])
+
+
+def ping_list(pairs: set[tuple[str, str]], endpoints: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {e: [] for e in endpoints}
+    for a, b in sorted(pairs):
+        src = probe_owner(a, b)
+        out[src].append(b if src == a else a)
+    return out
