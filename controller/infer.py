@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from analyzer.records import read_table
 from controller.skeleton import infer, ping_list, to_rates
@@ -17,16 +18,23 @@ THROUGHPUT_COLUMNS = {"ts": "float", "endpoint": "string", "tx_bytes": "integer"
                       "rx_bytes": "integer"}
 
 
-def read_throughput(path: str | Path, topo: Topology) -> dict[str, np.ndarray]:
+def read_throughput(path: str | Path, topo: Topology) -> dict[str, Any]:
     table = read_table(path, THROUGHPUT_COLUMNS)
-    endpoints = np.asarray(table.column("endpoint").to_pylist(), dtype=object)
-    unknown = sorted({e for e in set(endpoints.tolist()) if e not in topo.endpoints}, key=str)
+    col = table.column("endpoint")
+    if col.null_count:
+        raise InputError(f"{path}: column 'endpoint' has nulls")
+    encoded = col.combine_chunks()
+    if not pa.types.is_dictionary(encoded.type):
+        encoded = encoded.dictionary_encode()
+    names = encoded.dictionary.to_pylist()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    unknown = sorted(n for n in names if n not in topo.endpoints)
     if unknown:
         raise InputError(f"{path}: column 'endpoint' names unknown endpoint '{unknown[0]}'")
     ts = table.column("ts").to_numpy(zero_copy_only=False).astype(np.float64)
     if not np.all(np.isfinite(ts)):
         raise InputError(f"{path}: column 'ts' has null or non-finite values")
-    cols = {"ts": ts, "endpoint": endpoints}
+    cols: dict[str, Any] = {"ts": ts, "code": codes, "names": names}
     for c in ("tx_bytes", "rx_bytes"):
         col = table.column(c)
         if col.null_count:
@@ -35,13 +43,15 @@ def read_throughput(path: str | Path, topo: Topology) -> dict[str, np.ndarray]:
     return cols
 
 
-def infer_job(topo: Topology, job: str, throughput: dict[str, np.ndarray]) -> dict[str, Any]:
+def infer_job(topo: Topology, job: str, throughput: dict[str, Any]) -> dict[str, Any]:
     eps = [e.id for e in topo.job_endpoints(job)]
     if len(eps) < 2:
         raise InputError(f"job '{job}' has {len(eps)} endpoint(s); a skeleton needs two or more")
-    mask = np.isin(throughput["endpoint"], np.asarray(eps, dtype=object))
-    rates = to_rates(throughput["ts"][mask], throughput["endpoint"][mask],
-                     throughput["tx_bytes"][mask], throughput["rx_bytes"][mask], eps)
+    names: list[str] = throughput["names"]
+    mine = np.flatnonzero(np.isin(np.asarray(names, dtype=object), np.asarray(eps, dtype=object)))
+    mask = np.isin(throughput["code"], mine)
+    rates = to_rates(throughput["ts"][mask], throughput["code"][mask],
+                     throughput["tx_bytes"][mask], throughput["rx_bytes"][mask], eps, names=names)
     sk = infer(topo, job, rates)
     return {"job": job, "confidence": sk.confidence,
             "parallelism": {"dp": sk.dp, "tp": sk.tp, "pp": sk.pp, "ep": sk.ep},

@@ -71,10 +71,15 @@ def _monotonic(values: np.ndarray) -> np.ndarray:
 
 
 def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarray,
-             wanted: list[str]) -> Rates:
-    """Every wanted endpoint's tx/rx rate on one shared grid."""
-    names, code = np.unique(endpoint, return_inverse=True)
-    index = {n: i for i, n in enumerate(names.tolist())}
+             wanted: list[str], names: list[str] | None = None) -> Rates:
+    """Every wanted endpoint's tx/rx rate on one shared grid. `endpoint` holds
+    ids, or integer codes into `names` (a dictionary-encoded column)."""
+    if names is None:
+        uniq, code = np.unique(endpoint, return_inverse=True)
+        names = uniq.tolist()
+    else:
+        code = endpoint
+    index = {n: i for i, n in enumerate(names)}
     missing = [e for e in wanted if e not in index]
     if missing:
         raise InputError(f"no throughput samples for endpoint '{missing[0]}'"
@@ -249,7 +254,8 @@ def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> list[int]
         return a
     deg = [0] * k
     adj: dict[int, list[int]] = defaultdict(list)
-    for i, j in sorted(((i, j) for i in range(k) for j in range(i + 1, k)), key=lambda p: -w[p]):
+    edges = sorted(((a, b) for a in range(k) for b in range(a + 1, k)), key=lambda p: -w[p])
+    for i, j in edges:
         if deg[i] < 2 and deg[j] < 2 and root(i) != root(j):
             adj[i].append(j)
             adj[j].append(i)
@@ -313,8 +319,8 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         return rail_aligned(topo, job, eps, f"no periodic traffic (periodicity {strength:.2f})")
     feats = features(r, period)
     by_rail: dict[int, list[int]] = defaultdict(list)
-    for i, n in enumerate(nic):
-        by_rail[n.rail].append(i)
+    for i, nc in enumerate(nic):
+        by_rail[nc.rail].append(i)
     rail_groups: list[tuple[int, np.ndarray]] = []
     seps = []
     for rail, idx in sorted(by_rail.items()):
@@ -325,8 +331,8 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
             rail_groups.append((rail, ia[labels == c]))
     # One data-parallel group = same hosts, same slot in their containers.
     slot = {}
-    for c in topo.containers.values():
-        for k, e in enumerate(c.endpoints):
+    for cont in topo.containers.values():
+        for k, e in enumerate(cont.endpoints):
             slot[e.id] = k
     merged: dict[tuple[frozenset[str], int, int], list[int]] = defaultdict(list)
     stage_key: dict[int, tuple[frozenset[str], int, int]] = {}

@@ -1,0 +1,84 @@
+"""Skeleton inference at scale: for 512, 4,096 and 32,768 endpoints
+(tp8 pp8, dp = N/64), `netskel infer` end to end on simulated contract files:
+wall time and peak memory of the inference process, and the ping list's size
+against the full mesh, the rail-aligned list and the true skeleton.
+
+    python bench/skeleton.py [--sizes 512,4096,32768] [--seconds 20]
+
+Each size runs in its own process so peak memory is its own. Prints one JSON
+line. Goals on this 2-core machine: 4,096 endpoints <= 5 s, 32,768 <= 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def one(n: int, seconds: float) -> dict[str, object]:
+    import pyarrow.parquet as pq
+
+    from controller.infer import infer_files
+    from netskel.simulate import JobShape, Noise, simulate
+
+    shape = JobShape("job", dp=n // 64, tp=8, pp=8)
+    topo_doc, table, truth = simulate([shape], Noise(duration_s=seconds), seed=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        topo = Path(tmp) / "t.json"
+        topo.write_text(json.dumps(topo_doc))
+        tp = Path(tmp) / "tp.parquet"
+        pq.write_table(table, tp)
+        rows = table.num_rows
+        del table, topo_doc
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        doc = infer_files(topo, tp)
+        wall = time.perf_counter() - t0
+        rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    job = doc["jobs"][0]
+    pairs = {tuple(sorted((s, d))) for s, ds in job["ping_list"].items() for d in ds}
+    tr = truth["job"].pairs
+    full = n * (n - 1) // 2
+    rail = 8 * ((n // 8) * (n // 8 - 1) // 2)
+    return {"endpoints": n, "rows": rows, "infer_s": round(wall, 2),
+            "peak_rss_mb": round(rss_peak / 1024, 1),
+            "rss_before_infer_mb": round(rss_before / 1024, 1),
+            "parallelism": job["parallelism"], "confidence": job["confidence"],
+            "ping_pairs": len(pairs), "true_pairs": len(tr),
+            "recall": round(len(pairs & tr) / len(tr), 4),
+            "precision": round(len(pairs & tr) / max(1, len(pairs)), 4),
+            "vs_full_mesh": round(len(pairs) / full, 5), "vs_rail_aligned": round(len(pairs) / rail, 4),
+            "vs_true": round(len(pairs) / len(tr), 3), "true_vs_full_mesh": round(len(tr) / full, 5)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="512,4096,32768")
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(a.one, a.seconds)))
+        return
+    results = []
+    for n in (int(x) for x in a.sizes.split(",")):
+        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--seconds",
+                              str(a.seconds)], capture_output=True, text=True, cwd=ROOT)
+        if out.returncode != 0:
+            results.append({"endpoints": n, "error": out.stderr.strip().splitlines()[-1:]})
+        else:
+            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(json.dumps({"bench": "skeleton", "seconds_recorded": a.seconds, "results": results}))
+
+
+if __name__ == "__main__":
+    main()
