@@ -37,6 +37,8 @@ from netskel.topology import Topology
 MIN_PERIODICITY = 0.3
 PROFILE_BINS = 48
 HARMONICS = 8
+MIN_MATCH_MARGIN = 0.05  # below: timing says nothing, keep every cross pair
+AMBIGUITY = 0.15  # a runner-up this close to the best is kept too
 
 
 @dataclass
@@ -233,6 +235,22 @@ def _folded(x: np.ndarray, dt: float, period: float) -> np.ndarray:
     return np.bincount(bins, weights=x, minlength=nb) / counts
 
 
+def quiet_phase(profile: np.ndarray) -> tuple[int, int]:
+    """(end bin, middle bin) of the longest circular run of quiet bins: where
+    one iteration ends and the next begins."""
+    quiet = profile < 0.05 * profile.max()
+    nb = len(profile)
+    best_len, best_end, run = 0, 0, 0
+    for i in range(2 * nb):
+        if quiet[i % nb]:
+            run += 1
+            if best_len < run <= nb:
+                best_len, best_end = run, (i + 1) % nb
+        else:
+            run = 0
+    return best_end, (best_end - best_len // 2) % nb
+
+
 def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> list[int]:
     """Chain the groups of one rail by activation exchange, oriented forward."""
     k = len(groups)
@@ -275,38 +293,73 @@ def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> list[int]
     # Orientation: the first stage bursts first in forward. The iteration
     # starts where the job's longest quiet stretch ends.
     job = sum(t + x for t, x in zip(tx, rx, strict=True))
+    best_end, _ = quiet_phase(job)
     quiet = job < 0.05 * job.max()
-    best_len, best_end, run = 0, 0, 0
-    for i in range(2 * len(job)):  # circular
-        if quiet[i % len(job)]:
-            run += 1
-            if run > best_len and run <= len(job):
-                best_len, best_end = run, (i + 1) % len(job)
-        else:
-            run = 0
+    background = float(np.median(job[quiet])) / k if quiet.any() else 0.0
 
     def onset(g: int) -> int:
-        prof = np.roll(tx[g] + rx[g], -best_end)
-        floor = max(5 * float(np.median(prof)), 0.02 * float(prof.max()))
+        """When a group first transmits: the next stage receives at that very
+        moment, so only transmissions tell who went first."""
+        prof = np.roll(tx[g], -best_end)
+        floor = max(5 * background, 0.02 * float(prof.max()))
         return int(np.argmax(prof > floor))
     if onset(chain[-1]) < onset(chain[0]):
         chain = chain[::-1]
     return chain
 
 
-def match_partners(a_idx: np.ndarray, b_idx: np.ndarray, r: Rates
+def jitter_sequences(r: Rates, idx: np.ndarray, period: float, boundary: float) -> np.ndarray:
+    """Per endpoint, the byte-weighted centre of its traffic in each
+    iteration, detrended: a replica's timing wobble from iteration to
+    iteration, shared by all its stages; constant clock offsets cancel."""
+    x = (r.tx[idx] + r.rx[idx]).astype(np.float64)
+    n = x.shape[1]
+    t = np.arange(n) * r.dt
+    it = np.floor((t - boundary) / period).astype(np.int64)
+    first, last = it.min() + 1, it.max() - 1  # whole iterations only
+    keep = (it >= first) & (it <= last)
+    k = last - first + 1
+    if k < 3:
+        return np.zeros((len(idx), 0))
+    onehot = np.zeros((n, k))
+    onehot[np.flatnonzero(keep), it[keep] - first] = 1.0
+    den = x @ onehot
+    cen = ((x * t[None, :]) @ onehot) / np.maximum(den, 1e-9)
+    # Iteration k sits near k periods: remove each endpoint's own line (which
+    # also absorbs a slightly wrong period and its clock offset).
+    ks = np.arange(k, dtype=np.float64)
+    design = np.stack([np.ones(k), ks - ks.mean()], axis=1)
+    coef, *_ = np.linalg.lstsq(design, cen.T, rcond=None)
+    return np.asarray(cen - (design @ coef).T)
+
+
+def match_partners(a_idx: np.ndarray, b_idx: np.ndarray, seq: dict[int, np.ndarray]
                    ) -> tuple[list[tuple[int, int]], float]:
-    """Corresponding endpoints of two adjacent stages by fine timing."""
-    ta = r.tx[a_idx] - r.tx[a_idx].mean(axis=1, keepdims=True)
-    rb = r.rx[b_idx] - r.rx[b_idx].mean(axis=1, keepdims=True)
-    ta /= np.linalg.norm(ta, axis=1, keepdims=True) + 1e-9
-    rb /= np.linalg.norm(rb, axis=1, keepdims=True) + 1e-9
-    c = ta @ rb.T
+    """Corresponding endpoints of two adjacent stages: the pairing whose
+    timing wobbles agree best, plus, for recall, any pair nearly as good as
+    an endpoint's assigned partner. Returns the pairs and how clearly the
+    timing separates partners (median margin over the runner-up)."""
+    sa = np.stack([seq[int(i)] for i in a_idx])
+    sb = np.stack([seq[int(i)] for i in b_idx])
+    if sa.shape[1] < 3:
+        return [], 0.0
+    sa = sa / (np.linalg.norm(sa, axis=1, keepdims=True) + 1e-12)
+    sb = sb / (np.linalg.norm(sb, axis=1, keepdims=True) + 1e-12)
+    c = sa @ sb.T
     rows, cols = linear_sum_assignment(-c)
-    chosen = c[rows, cols]
+    keep = np.zeros_like(c, dtype=bool)
+    keep[rows, cols] = True
+    if c.shape[1] > 1:  # a close runner-up may be the real partner: keep it too
+        order = np.argsort(-c, axis=1)
+        first = c[np.arange(len(c)), order[:, 0]]
+        second = c[np.arange(len(c)), order[:, 1]]
+        close = (first - second) < AMBIGUITY
+        keep[np.flatnonzero(close), order[close, 0]] = True
+        keep[np.flatnonzero(close), order[close, 1]] = True
     runner = np.sort(c, axis=1)[:, -2] if c.shape[1] > 1 else np.zeros(len(rows))
-    margin = float(np.median(chosen - runner[rows])) if len(rows) else 0.0
-    return [(int(a_idx[i]), int(b_idx[j])) for i, j in zip(rows, cols, strict=True)], margin
+    margin = float(np.median(c[rows, cols] - runner[rows])) if len(rows) else 0.0
+    pairs = [(int(a_idx[i]), int(b_idx[j])) for i, j in zip(*np.nonzero(keep), strict=True)]
+    return pairs, margin
 
 
 def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
@@ -366,10 +419,15 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         chain = order_stages(groups, r, period)
         for s, gi in enumerate(chain):
             stage_sets[s].extend(groups[gi].tolist())
+        members = np.concatenate(groups)
+        prof = _folded((r.tx[members] + r.rx[members]).mean(axis=0), r.dt, period)
+        _, mid = quiet_phase(prof)
+        seqs = jitter_sequences(r, members, period, mid / len(prof) * period)
+        seq = {int(i): seqs[k] for k, i in enumerate(members)}
         for a, b in zip(chain, chain[1:], strict=False):
-            matched, margin = match_partners(groups[a], groups[b], r)
+            matched, margin = match_partners(groups[a], groups[b], seq)
             margins.append(margin)
-            if margin < 0.02:  # timing cannot tell partners apart: keep them all
+            if margin < MIN_MATCH_MARGIN:  # timing cannot tell partners apart: keep them all
                 matched = [(int(i), int(j)) for i in groups[a] for j in groups[b]]
                 notes.append(f"rail {rail}: stage partners ambiguous, kept all cross pairs")
             for i, j in matched:

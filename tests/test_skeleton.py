@@ -16,8 +16,13 @@ from netskel.simulate import JobShape, Noise, simulate
 from netskel.topology import parse_topology
 
 
+# Two minutes of counters: about sixty iterations, what pairing the stages'
+# corresponding endpoints by their timing needs for >= 99 % precision.
+RECORDING = Noise(duration_s=120)
+
+
 def run_infer(shapes, noise=None, seed=0):
-    topo_doc, table, truth = simulate(shapes, noise or Noise(), seed=seed)
+    topo_doc, table, truth = simulate(shapes, noise or RECORDING, seed=seed)
     topo = parse_topology(topo_doc)
     cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
     out = {}
@@ -30,29 +35,30 @@ def run_infer(shapes, noise=None, seed=0):
     return out, truth
 
 
-@pytest.mark.parametrize("shape, stages_checked", [
-    (JobShape("j", dp=8, tp=8, pp=8), True),
-    (JobShape("j", dp=4, tp=8, pp=4), True),
-    (JobShape("j", dp=16, tp=8, pp=1), True),
-    (JobShape("j", dp=8, tp=4, pp=4), True),   # two data-parallel ranks per host
-])
-def test_structure_and_full_recall(shape, stages_checked):
+@pytest.mark.parametrize("shape", [
+    JobShape("j", dp=8, tp=8, pp=8),
+    JobShape("j", dp=4, tp=8, pp=4),
+    JobShape("j", dp=4, tp=8, pp=3),
+    JobShape("j", dp=16, tp=8, pp=1),          # pure data parallel
+    JobShape("j", dp=8, tp=4, pp=4),           # two data-parallel ranks per host
+    JobShape("j", dp=8, tp=8, pp=2, ep=4),     # MoE
+], ids=lambda s: f"dp{s.dp}-tp{s.tp}-pp{s.pp}-ep{s.ep}")
+def test_structure_full_recall_and_precision(shape):
     got, truth = run_infer([shape])
     sk, tr = got["j"], truth["j"]
     assert (sk.dp, sk.tp, sk.pp) == (shape.dp, shape.tp, shape.pp)
-    assert tr.pairs <= sk.pairs, "a truly communicating pair is missing"
+    missing = tr.pairs - sk.pairs
+    assert not missing, f"{len(missing)} truly communicating pairs missing"
+    assert len(tr.pairs) / len(sk.pairs) >= 0.99, "precision below 99 %"
     assert sorted(map(sorted, sk.dp_groups)) == sorted(map(sorted, tr.dp_groups))
-    if stages_checked:
-        assert [set(s) for s in sk.pp_stages] == [set(s) for s in tr.pp_stages]
+    assert [set(s) for s in sk.pp_stages] == [set(s) for s in tr.pp_stages], "stage order"
     assert sk.confidence >= 0.5
 
 
-@pytest.mark.parametrize("shape", [JobShape("j", dp=4, tp=8, pp=3),
-                                   JobShape("j", dp=8, tp=8, pp=2, ep=4)])
-def test_other_shapes_keep_full_recall(shape):
-    got, truth = run_infer([shape])
+def test_short_recording_keeps_recall_at_some_precision_cost():
+    got, truth = run_infer([JobShape("j", dp=8, tp=8, pp=4)], Noise(duration_s=40))
     assert truth["j"].pairs <= got["j"].pairs
-    assert got["j"].dp == shape.dp
+    assert len(truth["j"].pairs) / len(got["j"].pairs) >= 0.9
 
 
 def test_two_jobs_on_one_cluster_are_inferred_apart():
@@ -61,6 +67,7 @@ def test_two_jobs_on_one_cluster_are_inferred_apart():
     for name in ("a", "b"):
         assert truth[name].pairs <= got[name].pairs
     assert (got["b"].dp, got["b"].pp) == (8, 1) and (got["a"].dp, got["a"].pp) == (4, 2)
+    assert not got["a"].pairs & got["b"].pairs
 
 
 def test_non_periodic_job_keeps_rail_aligned_list_with_low_confidence():
