@@ -15,7 +15,6 @@ from netskel.cli import main
 from netskel.simulate import JobShape, Noise, simulate
 from netskel.topology import parse_topology
 
-
 # Two minutes of counters: about sixty iterations, what pairing the stages'
 # corresponding endpoints by their timing needs for >= 99 % precision.
 RECORDING = Noise(duration_s=120)
