@@ -56,7 +56,7 @@ def infer_job(topo: Topology, job: str, throughput: dict[str, Any]) -> dict[str,
     return {"job": job, "confidence": sk.confidence,
             "parallelism": {"dp": sk.dp, "tp": sk.tp, "pp": sk.pp, "ep": sk.ep},
             "dp_groups": sk.dp_groups, "pp_stages": sk.pp_stages,
-            "ping_list": ping_list(sk.pairs, eps), "notes": sk.notes}
+            "ping_list": ping_list(sk), "notes": sk.notes}
 
 
 def infer_files(topology: str | Path, throughput: str | Path, job: str | None = None

@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class MemberEndpoint:
@@ -61,11 +63,31 @@ class ListDiff:
         return bool(self.upsert or self.remove)
 
 
+_MIX = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
+
+
+def id_hash(ident: str) -> int:
+    return int.from_bytes(hashlib.blake2b(ident.encode(), digest_size=8).digest(), "big")
+
+
+def owner_bit(h_lo: int, h_hi: int) -> int:
+    """0: the smaller id probes, 1: the larger. Same rule as owner_bits."""
+    return (((h_lo * _MIX) & _MASK) ^ h_hi) >> 17 & 1
+
+
+def owner_bits(h_lo: np.ndarray, h_hi: np.ndarray) -> np.ndarray:
+    """owner_bit for arrays of uint64 hashes."""
+    with np.errstate(over="ignore"):
+        mixed = (h_lo.astype(np.uint64) * np.uint64(_MIX)) ^ h_hi.astype(np.uint64)
+    return ((mixed >> np.uint64(17)) & np.uint64(1)).astype(np.int8)
+
+
 def probe_owner(a: str, b: str) -> str:
-    """The end of an unordered pair that probes it: stable, about half each."""
+    """The end of an unordered pair that probes it: stable under membership
+    changes, about half each."""
     lo, hi = sorted((a, b))
-    digest = hashlib.blake2b(f"{lo}\0{hi}".encode(), digest_size=1).digest()
-    return lo if digest[0] & 1 == 0 else hi
+    return lo if owner_bit(id_hash(lo), id_hash(hi)) == 0 else hi
 
 
 def rail_aligned_pairs(endpoints: Iterable[MemberEndpoint]) -> list[tuple[str, str]]:

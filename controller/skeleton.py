@@ -29,7 +29,7 @@ from scipy.cluster import hierarchy
 from scipy.optimize import linear_sum_assignment
 from sklearn.metrics import silhouette_score
 
-from controller.pinglist import probe_owner
+from controller.pinglist import id_hash, owner_bits
 from netskel.errors import InputError
 from netskel.model import pair_key
 from netskel.topology import Topology
@@ -60,61 +60,85 @@ class Skeleton:
     ep: int | None
     dp_groups: list[list[str]]
     pp_stages: list[list[str]]
-    pairs: set[tuple[str, str]]
+    endpoints: list[str]
+    pair_index: np.ndarray  # (P, 2) indices into endpoints, each pair once
     notes: list[str] = field(default_factory=list)
 
-
-def _monotonic(values: np.ndarray) -> np.ndarray:
-    """Cumulative bytes through counter resets: a drop means the counter
-    restarted from zero, so the new value is what came since."""
-    inc = np.diff(values, prepend=values[:1])
-    inc = np.where(inc < 0, values, inc)
-    return np.cumsum(inc).astype(np.float64)
+    @property
+    def pairs(self) -> set[tuple[str, str]]:
+        """The pairs as sorted id tuples (convenient, not for millions)."""
+        e = self.endpoints
+        return {pair_key(e[int(a)], e[int(b)]) for a, b in self.pair_index}
 
 
 def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarray,
-             wanted: list[str], names: list[str] | None = None) -> Rates:
-    """Every wanted endpoint's tx/rx rate on one shared grid. `endpoint` holds
-    ids, or integer codes into `names` (a dictionary-encoded column)."""
+             wanted: list[str], names: list[str] | None = None, chunk: int = 2048) -> Rates:
+    """Every wanted endpoint's tx/rx rate on one shared grid, vectorized over
+    all endpoints. `endpoint` holds ids, or integer codes into `names` (a
+    dictionary-encoded column)."""
     if names is None:
         uniq, code = np.unique(endpoint, return_inverse=True)
         names = uniq.tolist()
     else:
-        code = endpoint
+        code = np.asarray(endpoint, dtype=np.int64)
     index = {n: i for i, n in enumerate(names)}
     missing = [e for e in wanted if e not in index]
     if missing:
         raise InputError(f"no throughput samples for endpoint '{missing[0]}'"
                          + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+    want = np.array([index[e] for e in wanted], dtype=np.int64)
+    # Renumber the wanted endpoints 0..E-1 and drop everything else.
+    remap = np.full(len(names), -1, dtype=np.int64)
+    remap[want] = np.arange(len(want))
+    code = remap[code]
+    sel = code >= 0
+    ts, code, tx, rx = ts[sel], code[sel], tx[sel], rx[sel]
     order = np.lexsort((ts, code))
-    ts, code, tx, rx = ts[order], code[order], tx[order], rx[order]
-    bounds = np.searchsorted(code, np.arange(len(names) + 1))
-    steps = np.diff(ts)
-    same = np.diff(code) == 0
-    dt = float(np.median(steps[same & (steps > 0)])) if np.any(same & (steps > 0)) else 0.0
-    if dt <= 0:
+    ts, code = ts[order], code[order]
+    tx, rx = tx[order].astype(np.float64), rx[order].astype(np.float64)
+    # Duplicate timestamps of one endpoint carry nothing new.
+    dup = np.zeros(len(ts), dtype=bool)
+    dup[1:] = (code[1:] == code[:-1]) & (ts[1:] <= ts[:-1])
+    ts, code, tx, rx = ts[~dup], code[~dup], tx[~dup], rx[~dup]
+    first = np.ones(len(ts), dtype=bool)
+    first[1:] = code[1:] != code[:-1]
+    steps = np.diff(ts)[~first[1:]]
+    if len(steps) == 0 or np.median(steps) <= 0:
         raise InputError("throughput samples have no usable interval")
-    firsts, lasts = [], []
-    for e in wanted:
-        i = index[e]
-        firsts.append(ts[bounds[i]])
-        lasts.append(ts[bounds[i + 1] - 1])
-    start, end = max(firsts), min(lasts)
+    dt = float(np.median(steps))
+    bounds = np.searchsorted(code, np.arange(len(want) + 1))
+    if np.any(np.diff(bounds) < 2):
+        raise InputError("an endpoint has fewer than two throughput samples")
+    start = float(ts[bounds[:-1]].max())
+    end = float(ts[bounds[1:] - 1].min())
     if end - start < 4 * dt:
         raise InputError("endpoints' recordings do not overlap in time")
+
+    def cumulative(v: np.ndarray) -> np.ndarray:
+        """Bytes since each endpoint's first sample, through counter resets
+        (a drop means the counter restarted from zero)."""
+        inc = np.diff(v, prepend=v[:1])
+        inc = np.where(inc < 0, v, inc)
+        inc[first] = 0.0
+        c = np.cumsum(inc)
+        return c - np.repeat(c[bounds[:-1]], np.diff(bounds))
+
+    ctx, crx = cumulative(tx), cumulative(rx)
     grid = np.arange(start, end, dt)
-    out_tx = np.empty((len(wanted), len(grid) - 1), dtype=np.float32)
+    span = float(ts.max() - ts.min()) + 1.0
+    key = code * span + (ts - ts.min())
+    out_tx = np.empty((len(want), len(grid) - 1), dtype=np.float32)
     out_rx = np.empty_like(out_tx)
-    for k, e in enumerate(wanted):
-        i = index[e]
-        sl = slice(bounds[i], bounds[i + 1])
-        t = ts[sl]
-        keep = np.concatenate([[True], np.diff(t) > 0])  # duplicate timestamps
-        t = t[keep]
-        for src, dst in ((tx[sl][keep], out_tx), (rx[sl][keep], out_rx)):
-            cum = np.interp(grid, t, _monotonic(src))
-            dst[k] = np.diff(cum) / dt
-    return Rates(endpoints=list(wanted), t0=float(start), dt=dt, tx=out_tx, rx=out_rx)
+    for lo in range(0, len(want), chunk):
+        hi = min(len(want), lo + chunk)
+        q = (np.arange(lo, hi)[:, None] * span + (grid - ts.min())[None, :]).ravel()
+        i = np.searchsorted(key, q, side="right") - 1
+        i = np.clip(i, bounds[lo:hi].repeat(len(grid)), (bounds[lo + 1:hi + 1] - 2).repeat(len(grid)))
+        frac = np.clip((q - key[i]) / (key[i + 1] - key[i]), 0.0, 1.0)
+        for c, out in ((ctx, out_tx), (crx, out_rx)):
+            v = (c[i] + frac * (c[i + 1] - c[i])).reshape(hi - lo, len(grid))
+            out[lo:hi] = np.diff(v, axis=1) / dt
+    return Rates(endpoints=list(wanted), t0=start, dt=dt, tx=out_tx, rx=out_rx)
 
 
 def find_period(total: np.ndarray, dt: float) -> tuple[float, float]:
@@ -399,17 +423,20 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     sizes = {len(g) for g in dp_groups}
     dp = max(sizes) if sizes else 1
     n = len(eps)
-    pairs: set[tuple[str, str]] = set()
+    rail_of = np.array([x.rail for x in nic])
+    host_codes = {h: k for k, h in enumerate(sorted({x.host for x in nic}))}
+    host_of = np.array([host_codes[x.host] for x in nic])
+    chunks: list[np.ndarray] = []
     for m in merged.values():
-        for x, i in enumerate(m):
-            for j in m[x + 1:]:
-                if nic[i].rail == nic[j].rail and nic[i].host != nic[j].host:
-                    pairs.add(pair_key(eps[i], eps[j]))
+        arr = np.asarray(m)
+        for rail in np.unique(rail_of[arr]):
+            sub = arr[rail_of[arr] == rail]
+            a, b = np.triu_indices(len(sub), k=1)
+            chunks.append(np.stack([sub[a], sub[b]], axis=1))
     # Pipeline stages, per rail.
     notes = []
     stage_sets: dict[int, list[int]] = defaultdict(list)
     pp = 1
-    margins = []
     for rail in sorted(by_rail):
         groups = [g for rr, g in rail_groups if rr == rail]
         pp = max(pp, len(groups))
@@ -426,13 +453,12 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         seq = {int(i): seqs[k] for k, i in enumerate(members)}
         for a, b in zip(chain, chain[1:], strict=False):
             matched, margin = match_partners(groups[a], groups[b], seq)
-            margins.append(margin)
             if margin < MIN_MATCH_MARGIN:  # timing cannot tell partners apart: keep them all
-                matched = [(int(i), int(j)) for i in groups[a] for j in groups[b]]
+                ga, gb = np.meshgrid(groups[a], groups[b], indexing="ij")
+                chunks.append(np.stack([ga.ravel(), gb.ravel()], axis=1))
                 notes.append(f"rail {rail}: stage partners ambiguous, kept all cross pairs")
-            for i, j in matched:
-                if nic[i].host != nic[j].host:
-                    pairs.add(pair_key(eps[i], eps[j]))
+            elif matched:
+                chunks.append(np.asarray(matched, dtype=np.int64))
     if n % (dp * pp):
         notes.append(f"{n} endpoints do not divide into dp={dp} x pp={pp}")
     tp = max(1, n // (dp * pp))
@@ -441,24 +467,50 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     return Skeleton(job=job, confidence=round(float(min(1.0, max(0.0, confidence))), 3), dp=dp,
                     tp=tp, pp=pp, ep=None, dp_groups=sorted(dp_groups),
                     pp_stages=[sorted(eps[i] for i in stage_sets[s]) for s in sorted(stage_sets)],
-                    pairs=pairs, notes=notes)
+                    endpoints=list(eps), pair_index=_network_pairs(chunks, host_of), notes=notes)
+
+
+def _network_pairs(chunks: list[np.ndarray], host_of: np.ndarray) -> np.ndarray:
+    """Unique unordered pairs that cross hosts (same-host traffic stays on NVLink)."""
+    if not chunks:
+        return np.zeros((0, 2), dtype=np.int64)
+    p = np.concatenate(chunks).astype(np.int64)
+    p = np.sort(p, axis=1)
+    p = p[host_of[p[:, 0]] != host_of[p[:, 1]]]
+    return np.unique(p, axis=0) if len(p) else p
 
 
 def rail_aligned(topo: Topology, job: str, eps: list[str], why: str) -> Skeleton:
-    pairs = set()
-    for i, a in enumerate(eps):
-        na = topo.nics[topo.endpoints[a].nic]
-        for b in eps[i + 1:]:
-            nb = topo.nics[topo.endpoints[b].nic]
-            if na.rail == nb.rail and na.host != nb.host:
-                pairs.add(pair_key(a, b))
+    nic = [topo.nics[topo.endpoints[e].nic] for e in eps]
+    rail_of = np.array([x.rail for x in nic])
+    host_codes = {h: k for k, h in enumerate(sorted({x.host for x in nic}))}
+    host_of = np.array([host_codes[x.host] for x in nic])
+    chunks = []
+    for rail in np.unique(rail_of):
+        sub = np.flatnonzero(rail_of == rail)
+        a, b = np.triu_indices(len(sub), k=1)
+        chunks.append(np.stack([sub[a], sub[b]], axis=1))
     return Skeleton(job=job, confidence=0.1, dp=1, tp=1, pp=1, ep=None, dp_groups=[],
-                    pp_stages=[], pairs=pairs, notes=[why])
+                    pp_stages=[], endpoints=list(eps),
+                    pair_index=_network_pairs(chunks, host_of), notes=[why])
 
 
-def ping_list(pairs: set[tuple[str, str]], endpoints: list[str]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {e: [] for e in endpoints}
-    for a, b in sorted(pairs):
-        src = probe_owner(a, b)
-        out[src].append(b if src == a else a)
+def ping_list(sk: Skeleton) -> dict[str, list[str]]:
+    """Each pair probed from one end, by the controller's stable owner rule."""
+    eps = sk.endpoints
+    h = np.array([id_hash(e) for e in eps], dtype=np.uint64)
+    rank = np.empty(len(eps), dtype=np.int64)
+    rank[np.argsort(np.asarray(eps, dtype=object), kind="stable")] = np.arange(len(eps))
+    a, b = sk.pair_index[:, 0], sk.pair_index[:, 1]
+    lo = np.where(rank[a] < rank[b], a, b)
+    hi = np.where(rank[a] < rank[b], b, a)
+    bits = owner_bits(h[lo], h[hi])
+    src = np.where(bits == 0, lo, hi)
+    dst = np.where(bits == 0, hi, lo)
+    order = np.lexsort((rank[dst], src))
+    src, dst = src[order], dst[order]
+    out: dict[str, list[str]] = {e: [] for e in sorted(eps)}
+    bounds = np.searchsorted(src, np.arange(len(eps) + 1))
+    for i, e in enumerate(eps):
+        out[e] = [eps[j] for j in dst[bounds[i]:bounds[i + 1]]]
     return out

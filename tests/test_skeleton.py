@@ -102,6 +102,9 @@ def test_infer_cli_writes_contract_skeleton(tmp_path):
     assert job["parallelism"]["dp"] == 4 and job["parallelism"]["pp"] == 4
     pairs = {tuple(sorted((s, d))) for s, ds in job["ping_list"].items() for d in ds}
     assert truth["job7"].pairs <= pairs
+    from controller.pinglist import probe_owner
+    assert all(probe_owner(s, d) == s for s, ds in job["ping_list"].items() for d in ds), \
+        "the vectorized owner rule must agree with the controller's"
     counts = [len(v) for v in job["ping_list"].values()]
     assert max(counts) <= 3 * (sum(counts) / len(counts)) + 2, "probing load is balanced"
 
