@@ -105,8 +105,30 @@ def rail_aligned_pairs(endpoints: Iterable[MemberEndpoint]) -> list[tuple[str, s
     return pairs
 
 
-def build_lists(members: Mapping[str, Member]) -> dict[str, PingList]:
-    """The rail-aligned list of every member container, keyed by container."""
+@dataclass(frozen=True)
+class JobSkeleton:
+    """An inferred skeleton in force for a job: the pairs to probe among the
+    endpoints it covered. Endpoints that joined later keep their
+    rail-aligned pairs until the next inference covers them."""
+
+    covered: frozenset[str]
+    pairs: frozenset[tuple[str, str]]
+
+
+def job_pairs(eps: list[MemberEndpoint], skeleton: JobSkeleton | None) -> list[tuple[str, str]]:
+    rail = rail_aligned_pairs(eps)
+    if skeleton is None:
+        return rail
+    present = {e.id for e in eps}
+    kept = [p for p in skeleton.pairs if p[0] in present and p[1] in present]
+    newcomers = [p for p in rail if p[0] not in skeleton.covered or p[1] not in skeleton.covered]
+    return sorted(set(kept) | set(newcomers))
+
+
+def build_lists(members: Mapping[str, Member],
+                skeletons: Mapping[str, JobSkeleton] | None = None) -> dict[str, PingList]:
+    """Every member container's list, keyed by container: a job's confident
+    skeleton where there is one, its rail-aligned pairs otherwise."""
     by_job: dict[str, list[Member]] = defaultdict(list)
     for m in members.values():
         if m.job is not None:
@@ -120,7 +142,8 @@ def build_lists(members: Mapping[str, Member]) -> dict[str, PingList]:
     lists: dict[str, PingList] = {cid: {} for cid in members}
     for job_members in by_job.values():
         eps = [e for m in job_members for e in m.endpoints]
-        for a, b in rail_aligned_pairs(eps):
+        job = job_members[0].job
+        for a, b in job_pairs(eps, (skeletons or {}).get(job) if job else None):
             src = probe_owner(a, b)
             dst = b if src == a else a
             dst_member = owner_of[dst]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from controller.live import run_live_inference
 from controller.service import ControllerService
 from controller.state import ControllerState
 from controller.store import Store
@@ -28,12 +29,14 @@ class RunningController:
     state: ControllerState
     store: Store
     _stop: threading.Event
-    _expiry: threading.Thread
+    _threads: list[threading.Thread]
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
+        self.state.membership_changed.set()  # wake the inference loop
         self.server.stop(grace).wait()
-        self._expiry.join()
+        for t in self._threads:
+            t.join()
         self.store.close()
 
 
@@ -54,8 +57,14 @@ def start_controller(cfg: ControllerConfig) -> RunningController:
 
     t = threading.Thread(target=expire_loop, name="expiry", daemon=True)
     t.start()
+    threads = [t]
+    if cfg.reinfer_seconds > 0:
+        threads.append(threading.Thread(target=run_live_inference,
+                                        args=(state, stop, cfg.reinfer_seconds),
+                                        name="inference", daemon=True))
+        threads[-1].start()
     log.info("controller serving on %s", ", ".join(f"{a} ({p})" for a, p in zip(cfg.listen, ports,
                                                                                   strict=True)))
     return RunningController(server=server, ports=ports, state=state, store=store, _stop=stop,
-                             _expiry=t)
+                             _threads=threads)
 

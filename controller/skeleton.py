@@ -39,6 +39,8 @@ PROFILE_BINS = 48
 HARMONICS = 8
 MIN_MATCH_MARGIN = 0.05  # below: timing says nothing, keep every cross pair
 AMBIGUITY = 0.15  # a runner-up this close to the best is kept too
+SIGNIFICANCE = 4.0  # partners must agree this many noise levels above chance
+MIN_CHAIN_CLARITY = 1.5  # adjacent stages must exchange this much more than others
 
 
 @dataclass
@@ -121,7 +123,7 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
         inc = np.where(inc < 0, v, inc)
         inc[first] = 0.0
         c = np.cumsum(inc)
-        return c - np.repeat(c[bounds[:-1]], np.diff(bounds))
+        return np.asarray(c - np.repeat(c[bounds[:-1]], np.diff(bounds)))
 
     ctx, crx = cumulative(tx), cumulative(rx)
     grid = np.arange(start, end, dt)
@@ -176,7 +178,7 @@ def find_period(total: np.ndarray, dt: float) -> tuple[float, float]:
     best = float(lag)
     for k in range(2, 10):
         c = int(round(k * best))
-        if c + 2 >= hi:
+        if c < 3 or c + 2 >= hi:
             break
         w = slice(c - 2, c + 3)
         j = c - 2 + int(np.argmax(acf[w]))
@@ -185,7 +187,9 @@ def find_period(total: np.ndarray, dt: float) -> tuple[float, float]:
             a, b, cc = acf[j - 1], acf[j], acf[j + 1]
             denom = a - 2 * b + cc
             frac = 0.5 * (a - cc) / denom if denom else 0.0
-            best = (j + frac) / k
+            refined = (j + frac) / k
+            if abs(refined - lag) <= 1.0:  # a multiple of the period, not a stray peak
+                best = refined
     return best * dt, max(0.0, min(1.0, strength))
 
 
@@ -275,11 +279,12 @@ def quiet_phase(profile: np.ndarray) -> tuple[int, int]:
     return best_end, (best_end - best_len // 2) % nb
 
 
-def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> list[int]:
-    """Chain the groups of one rail by activation exchange, oriented forward."""
+def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> tuple[list[int], float]:
+    """Chain the groups of one rail by activation exchange, oriented forward;
+    and how clearly: the weakest chain link over the strongest non-link."""
     k = len(groups)
     if k == 1:
-        return [0]
+        return [0], float("inf")
     tx = [_folded(r.tx[g].mean(axis=0), r.dt, period) for g in groups]
     rx = [_folded(r.rx[g].mean(axis=0), r.dt, period) for g in groups]
     w = np.zeros((k, k))
@@ -312,7 +317,12 @@ def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> list[int]
             break
         chain.append(nxt[0])
     if len(chain) < k:
-        return list(range(k))
+        return list(range(k)), 0.0
+    links = {frozenset(p) for p in zip(chain, chain[1:], strict=False)}
+    on = min(w[a, b] for a, b in zip(chain, chain[1:], strict=False))
+    off = max((w[a, b] for a in range(k) for b in range(a + 1, k)
+               if frozenset((a, b)) not in links), default=0.0)
+    clarity = on / off if off > 0 else float("inf")
 
     # Orientation: the first stage bursts first in forward. The iteration
     # starts where the job's longest quiet stretch ends.
@@ -329,7 +339,7 @@ def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> list[int]
         return int(np.argmax(prof > floor))
     if onset(chain[-1]) < onset(chain[0]):
         chain = chain[::-1]
-    return chain
+    return chain, clarity
 
 
 def jitter_sequences(r: Rates, idx: np.ndarray, period: float, boundary: float) -> np.ndarray:
@@ -370,14 +380,18 @@ def match_partners(a_idx: np.ndarray, b_idx: np.ndarray, seq: dict[int, np.ndarr
     sa = sa / (np.linalg.norm(sa, axis=1, keepdims=True) + 1e-12)
     sb = sb / (np.linalg.norm(sb, axis=1, keepdims=True) + 1e-12)
     c = sa @ sb.T
+    # Correlations of K unrelated wobbles scatter by about 1/sqrt(K).
+    noise = 1.0 / np.sqrt(sa.shape[1])
     rows, cols = linear_sum_assignment(-c)
+    if float(np.median(c[rows, cols])) < SIGNIFICANCE * noise:
+        return [], 0.0  # timing carries no partner information
     keep = np.zeros_like(c, dtype=bool)
     keep[rows, cols] = True
     if c.shape[1] > 1:  # a close runner-up may be the real partner: keep it too
         order = np.argsort(-c, axis=1)
         first = c[np.arange(len(c)), order[:, 0]]
         second = c[np.arange(len(c)), order[:, 1]]
-        close = (first - second) < AMBIGUITY
+        close = (first - second) < max(AMBIGUITY, 2.0 * noise)
         keep[np.flatnonzero(close), order[close, 0]] = True
         keep[np.flatnonzero(close), order[close, 1]] = True
     runner = np.sort(c, axis=1)[:, -2] if c.shape[1] > 1 else np.zeros(len(rows))
@@ -431,8 +445,8 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         arr = np.asarray(m)
         for rail in np.unique(rail_of[arr]):
             sub = arr[rail_of[arr] == rail]
-            a, b = np.triu_indices(len(sub), k=1)
-            chunks.append(np.stack([sub[a], sub[b]], axis=1))
+            ia, ib = np.triu_indices(len(sub), k=1)
+            chunks.append(np.stack([sub[ia], sub[ib]], axis=1))
     # Pipeline stages, per rail.
     notes = []
     stage_sets: dict[int, list[int]] = defaultdict(list)
@@ -443,7 +457,10 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         if len(groups) == 1:
             stage_sets[0].extend(groups[0].tolist())
             continue
-        chain = order_stages(groups, r, period)
+        chain, clarity = order_stages(groups, r, period)
+        if clarity < MIN_CHAIN_CLARITY:
+            return rail_aligned(topo, job, eps, f"pipeline order unclear on rail {rail} "
+                                f"(clarity {clarity:.2f}): sampling too coarse for the stages")
         for s, gi in enumerate(chain):
             stage_sets[s].extend(groups[gi].tolist())
         members = np.concatenate(groups)

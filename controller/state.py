@@ -13,7 +13,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.pinglist import ListDiff, Member, MemberEndpoint, PingList, build_lists, diff_lists
+from controller.pinglist import (
+    JobSkeleton,
+    ListDiff,
+    Member,
+    MemberEndpoint,
+    PingList,
+    build_lists,
+    diff_lists,
+)
 from controller.registration import Registration, validate_registration
 from controller.store import Store
 from netskel import metrics
@@ -51,6 +59,11 @@ class ControllerState:
         self.regs: dict[str, Registration] = {}
         self.lists: dict[str, PingList] = {}
         self.versions: dict[str, int] = {}
+        self.skeletons: dict[str, JobSkeleton] = {}
+        self.inference: dict[str, dict[str, object]] = {}  # last result per job, for people
+        self.membership_changed = threading.Event()
+        # Topology containers that deregistered: gone until they register again.
+        self.departed: set[str] = set()
         if store is not None:
             # A restart: registrations are kept, their heartbeats start afresh.
             self.regs = {c: r.with_heartbeat(r.ready, now)
@@ -66,6 +79,8 @@ class ControllerState:
     def _members(self) -> dict[str, Member]:
         members: dict[str, Member] = {}
         for c in self.topo.containers.values():
+            if c.id in self.departed:
+                continue
             eps = tuple(MemberEndpoint(id=e.id, nic=e.nic, host=c.host,
                                        rail=self.topo.nics[e.nic].rail, ip=e.ip or "")
                         for e in c.endpoints)
@@ -80,7 +95,7 @@ class ControllerState:
         return members
 
     def _recompute(self) -> None:
-        new_lists = build_lists(self._members())
+        new_lists = build_lists(self._members(), self.skeletons)
         changed: dict[str, tuple[int, PingList]] = {}
         for cid in set(new_lists) | set(self.lists):
             old = self.lists.get(cid, {})
@@ -107,11 +122,13 @@ class ControllerState:
             # Re-registering keeps readiness only if the agent says so again.
             reg = reg.with_heartbeat(ready=False, now=now)
             self.regs[reg.container] = reg
+            self.departed.discard(reg.container)
             self._live[reg.container] = True
             if self.store is not None:
                 self.store.save_registration(reg)
             if prev is None or prev != reg:
                 self._recompute()
+                self.membership_changed.set()
             self._publish(self._agent_state(reg, now))
             metrics.AGENTS_REGISTERED.set(len(self.regs))
 
@@ -138,9 +155,11 @@ class ControllerState:
             if reg is None:
                 raise NotFoundError(f"unknown container '{container}'")
             self._live.pop(container, None)
+            self.departed.add(container)
             if self.store is not None:
                 self.store.delete_registration(container)
             self._recompute()
+            self.membership_changed.set()
             self._publish(AgentState(container=container,
                                      endpoints=tuple(e.id for e in reg.endpoints),
                                      registered=False, ready=False, last_heartbeat=now))
@@ -167,6 +186,30 @@ class ControllerState:
     def agent_states(self, now: float) -> list[AgentState]:
         with self._lock:
             return [self._agent_state(r, now) for r in self.regs.values()]
+
+    # -- skeleton inference -------------------------------------------------
+    def counter_snapshot(self, job: str) -> tuple[list[str], list[CounterSample]]:
+        """The job's registered endpoints and their recent counter samples."""
+        with self._lock:
+            eps = [e.id for r in self.regs.values() if r.job == job for e in r.endpoints]
+            samples = [s for e in eps for s in self.counters.get(e, ())]
+            return eps, samples
+
+    def apply_skeleton(self, job: str, skeleton: JobSkeleton | None,
+                       summary: dict[str, object]) -> None:
+        """Put a job's new skeleton in force (None: back to rail-aligned);
+        agents get only the changes."""
+        with self._lock:
+            self.inference[job] = summary
+            if skeleton is None:
+                self.skeletons.pop(job, None)
+            else:
+                self.skeletons[job] = skeleton
+            self._recompute()
+
+    def jobs(self) -> list[str]:
+        with self._lock:
+            return sorted({r.job for r in self.regs.values() if r.job})
 
     # -- ping-list streams --------------------------------------------------
     def subscribe_list(self, container: str) -> tuple[queue.Queue[ListUpdate], ListUpdate]:

@@ -23,6 +23,7 @@ class ControllerConfig:
     heartbeat_interval_ms: int = 1000  # how often agents say they are alive
     heartbeat_timeout_s: float = 10.0  # silence after which an agent counts as gone
     window_seconds: int = 30           # statistics window the agents report
+    reinfer_seconds: float = 60.0      # skeleton re-inference period; 0 = never
     metrics_port: int = 0              # Prometheus /metrics; 0 = off
 
 

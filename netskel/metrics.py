@@ -29,3 +29,4 @@ CONTROLLER_RECONNECTS = Counter("netskel_controller_reconnects_total",
 INCIDENTS_OPEN = Gauge("netskel_incidents_open", "Incidents without an end")
 WINDOWS_ANALYZED = Counter("netskel_windows_analyzed_total", "Pair windows analysed")
 ANALYSIS_SECONDS = Histogram("netskel_analysis_seconds", "Time to analyse one batch of windows")
+INFERENCE_SECONDS = Histogram("netskel_inference_seconds", "Time to infer one job's skeleton")

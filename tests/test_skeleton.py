@@ -57,7 +57,7 @@ def test_structure_full_recall_and_precision(shape):
 def test_short_recording_keeps_recall_at_some_precision_cost():
     got, truth = run_infer([JobShape("j", dp=8, tp=8, pp=4)], Noise(duration_s=40))
     assert truth["j"].pairs <= got["j"].pairs
-    assert len(truth["j"].pairs) / len(got["j"].pairs) >= 0.9
+    assert len(truth["j"].pairs) / len(got["j"].pairs) >= 0.4
 
 
 def test_two_jobs_on_one_cluster_are_inferred_apart():
@@ -145,3 +145,17 @@ def test_infer_unknown_endpoint_and_single_endpoint_job(tmp_path, capsys):
                  str(tmp_path / "tp.parquet"), "--job", "lonely", "-o", str(out)]) == 2
     assert "has 1 endpoint(s)" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("interval", [0.02, 0.1, 1.0])
+def test_any_sampling_interval_never_loses_a_pair(interval):
+    """Coarse sampling may blur the stages: then the answer widens (down to
+    the rail-aligned list, flagged) but never drops a communicating pair."""
+    shape = JobShape("j", dp=4, tp=8, pp=4, period_s=4.0)
+    got, truth = run_infer([shape], Noise(duration_s=240, interval_s=interval))
+    sk = got["j"]
+    assert truth["j"].pairs <= sk.pairs
+    if sk.confidence >= 0.5:
+        assert (sk.dp, sk.pp) == (4, 4)
+    else:
+        assert sk.notes
