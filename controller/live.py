@@ -41,7 +41,8 @@ def reinfer_job(state: ControllerState, job: str, min_samples: int = 50) -> dict
         metrics.INFERENCE_SECONDS.observe(time.perf_counter() - t0)
     summary: dict[str, object] = {
         "job": job, "confidence": sk.confidence, "dp": sk.dp, "tp": sk.tp, "pp": sk.pp,
-        "pairs": len(sk.pair_index), "notes": sk.notes}
+        "pairs": len(sk.pair_index), "dp_groups": sk.dp_groups, "pp_stages": sk.pp_stages,
+        "notes": sk.notes}
     if sk.confidence >= MIN_CONFIDENCE:
         summary["status"] = "in force"
         state.apply_skeleton(job, JobSkeleton(covered=frozenset(eps), pairs=frozenset(sk.pairs)),

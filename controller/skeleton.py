@@ -482,7 +482,10 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         notes.append(f"{n} endpoints do not divide into dp={dp} x pp={pp}")
     tp = max(1, n // (dp * pp))
     sep = float(np.median(seps)) if seps else 1.0
-    confidence = strength * (sep if pp > 1 or len(dp_groups) > len(by_rail) else 1.0)
+    # Geometric mean of periodicity and cluster separation (silhouette):
+    # both must be good, neither alone sinks a clear answer.
+    quality = sep if pp > 1 or len(dp_groups) > len(by_rail) else 1.0
+    confidence = float(np.sqrt(strength * max(0.0, quality)))
     return Skeleton(job=job, confidence=round(float(min(1.0, max(0.0, confidence))), 3), dp=dp,
                     tp=tp, pp=pp, ep=None, dp_groups=sorted(dp_groups),
                     pp_stages=[sorted(eps[i] for i in stage_sets[s]) for s in sorted(stage_sets)],

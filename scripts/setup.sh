@@ -16,4 +16,8 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e '.[dev]'
+# Optional: real training traffic in the testbed tests. The CPU wheel is on
+# this machine image's local disk; where it cannot be installed, the test
+# that needs it skips and says why.
+.venv/bin/pip install -q torch==2.13.0 >/dev/null 2>&1 || echo "torch not installable here: the real-traffic test will skip"
 echo "setup done: .venv ready, system tools installed"
