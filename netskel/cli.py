@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from netskel.errors import NetskelError
+from netskel.errors import InputError, NetskelError
 
 
 def write_json_atomic(path: str | Path, doc: Any) -> None:
@@ -110,6 +110,36 @@ def cmd_infer(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_simulate(a: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
+    from netskel.simulate import JobShape, Noise, simulate
+
+    shapes = []
+    for spec in a.job:
+        try:
+            name, *kv = spec.split(",")
+            fields: dict[str, Any] = {k: (float(v) if k == "period_s" else int(v))
+                                      for k, v in (x.split("=") for x in kv)}
+            shapes.append(JobShape(name, **fields))
+        except (ValueError, TypeError) as e:
+            raise InputError(f"--job '{spec}': expected NAME,dp=D,tp=T,pp=P[,ep=E] ({e})") from None
+    topo, table, truth = simulate(shapes, Noise(duration_s=a.seconds, interval_s=a.interval),
+                                  seed=a.seed)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "topology.json", topo)
+    pq.write_table(table, out / "throughput.parquet")
+    write_json_atomic(out / "truth.json", {name: {"dp_groups": t.dp_groups,
+                                                  "pp_stages": t.pp_stages,
+                                                  "ep_groups": t.ep_groups,
+                                                  "pairs": sorted(map(list, t.pairs))}
+                                           for name, t in truth.items()})
+    print(f"{table.num_rows} samples of {sum(len(c['endpoints']) for c in topo['containers'])} "
+          f"endpoints -> {out}/{{topology.json,throughput.parquet,truth.json}}", file=sys.stderr)
+    return 0
+
+
 def cmd_netdiag(a: argparse.Namespace) -> int:
     from netskel.netdiag_client import run_netdiag
 
@@ -176,6 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--job")
     i.add_argument("-o", "--output", required=True)
     i.set_defaults(fn=cmd_infer)
+
+    s = sub.add_parser("simulate", help="contract files of simulated training traffic")
+    s.add_argument("--job", action="append", required=True,
+                   help="NAME,dp=D,tp=T,pp=P[,ep=E][,period_s=...] (repeatable: jobs share a cluster)")
+    s.add_argument("--seconds", type=float, default=120.0)
+    s.add_argument("--interval", type=float, default=0.05, help="counter sampling interval, s")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("-o", "--out", required=True, help="output directory")
+    s.set_defaults(fn=cmd_simulate)
 
     d = sub.add_parser("netdiag", help="ask NetDiag: diagnose endpoints or pairs, list incidents")
     d.add_argument("--server", default="127.0.0.1:7001")

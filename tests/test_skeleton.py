@@ -159,3 +159,20 @@ def test_any_sampling_interval_never_loses_a_pair(interval):
         assert (sk.dp, sk.pp) == (4, 4)
     else:
         assert sk.notes
+
+
+def test_simulate_then_infer_round_trip(tmp_path, capsys):
+    out = tmp_path / "sim"
+    assert main(["simulate", "--job", "job7,dp=4,tp=8,pp=2", "--job", "job8,dp=2,tp=8,pp=1",
+                 "--seconds", "60", "-o", str(out)]) == 0
+    sk = tmp_path / "sk.json"
+    assert main(["infer", "--topology", str(out / "topology.json"), "--throughput",
+                 str(out / "throughput.parquet"), "-o", str(sk)]) == 0
+    doc = json.loads(sk.read_text())
+    truth = json.loads((out / "truth.json").read_text())
+    assert [j["job"] for j in doc["jobs"]] == ["job7", "job8"]
+    for job in doc["jobs"]:
+        pairs = {tuple(sorted((s, d))) for s, ds in job["ping_list"].items() for d in ds}
+        assert {tuple(p) for p in truth[job["job"]]["pairs"]} <= pairs
+    assert main(["simulate", "--job", "job7,dp=four", "-o", str(out)]) == 2
+    assert "expected NAME,dp=D" in capsys.readouterr().err
