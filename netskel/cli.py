@@ -68,7 +68,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       container=a.container or env("NETSKEL_CONTAINER", ""),
                       job=a.job or env("NETSKEL_JOB", ""), host=a.host or env("NETSKEL_HOST", ""),
                       endpoints=endpoints, probe_port=a.probe_port, probe_rate_hz=a.rate,
-                      metrics_port=a.metrics_port)
+                      counter_hz=a.counter_hz, metrics_port=a.metrics_port)
     agent = Agent(cfg)
     agent.start()
     _metrics(cfg.metrics_port)  # up only once the agent is: readiness for scrapers too
@@ -183,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--endpoint", action="append", help="ID,NIC,IP[,IFNAME] (repeatable)")
     g.add_argument("--probe-port", type=int, default=7100)
     g.add_argument("--rate", type=float, default=10.0, help="probes per second per target")
+    g.add_argument("--counter-hz", type=float, default=10.0, help="NIC counter sampling rate")
     g.add_argument("--metrics-port", type=int, default=0)
     g.set_defaults(fn=cmd_agent)
 

@@ -256,7 +256,7 @@ class Cluster:
                for r in range(lay.rails)]
         cmd = ["ip", "netns", "exec", self.container_ns(h), sys.executable, "-m", "netskel.cli",
                "agent", "--controller", self.controller_socket, "--container", lay.container(h),
-               "--job", lay.job, "--host", lay.host(h)]
+               "--job", lay.job, "--host", lay.host(h), "--counter-hz", "20"]
         for e in eps:
             cmd += ["--endpoint", e]
         return cmd

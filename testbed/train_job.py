@@ -28,16 +28,17 @@ def main(argv: list[str]) -> int:
     partner = rank + half if stage == 0 else rank - half
     act = torch.ones(256 * 1024)            # 1 MiB of activations
     grad = torch.ones(1024 * 1024)           # 4 MiB of gradients
-    period = 1.5
+    period = 2.0
     start = time.monotonic()
     for i in range(iters):
         t0 = start + i * period
         if stage == 0:
             dist.send(act, partner)
             dist.recv(act, partner)
+            time.sleep(0.3)   # stage 0's own backward before its all-reduce
         else:
             dist.recv(act, partner)
-            time.sleep(0.05)  # the later stage's compute
+            time.sleep(0.3)   # stage 1's forward and backward
             dist.send(act, partner)
         dist.all_reduce(grad, group=groups[stage])
         time.sleep(max(0.0, t0 + period - time.monotonic()))

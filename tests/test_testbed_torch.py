@@ -20,7 +20,7 @@ from tests.helpers import wait_for
 pytestmark = [requires_testbed, pytest.mark.testbed]
 torch = pytest.importorskip("torch", reason="torch is not installed (optional extra 'torch': "
                                             "pip install torch==2.13.0)")
-ITERATIONS = 40
+ITERATIONS = 45
 
 
 def test_real_gloo_job_groups_and_stage_order_are_recovered():
@@ -39,7 +39,7 @@ def test_real_gloo_job_groups_and_stage_order_are_recovered():
             dep.cluster.created.add_pid(p.pid)
         try:
             for p in procs:
-                out, _ = p.communicate(timeout=ITERATIONS * 1.5 + 120)
+                out, _ = p.communicate(timeout=ITERATIONS * 2 + 120)
                 assert p.returncode == 0, out.decode()[-2000:]
         finally:
             for p in procs:
