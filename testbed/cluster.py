@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -269,8 +270,13 @@ class Cluster:
         self.created.add_pid(proc.pid)
         return proc
 
-    def destroy(self) -> list[str]:
-        return self.created.destroy()
+    def destroy(self, keep_files: bool = False) -> list[str]:
+        """Remove what we made; the run directory too (logs, OVS databases)
+        unless asked to keep it or something could not be removed."""
+        problems = self.created.destroy()
+        if not problems and not keep_files and not os.environ.get("NETSKEL_KEEP_RUN"):
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        return problems
 
     # -- inspection -------------------------------------------------------------
     def ping(self, h_from: int, h_to: int, r: int, size: int = 56, count: int = 1) -> bool:

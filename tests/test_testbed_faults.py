@@ -27,6 +27,7 @@ def cluster():
     c = create_cluster(Layout(hosts=4, rails=1, hosts_per_tor=2, spines=2))
     yield c
     assert c.destroy() == []
+    assert not c.run_dir.exists()
 
 
 def _spine_link(cluster, a: int, b: int) -> str:
