@@ -82,8 +82,9 @@ def run_demo(a: argparse.Namespace) -> int:
             for inc in resp.incidents:
                 print(json.dumps(serde.incident_from_pb(inc).to_doc(), indent=1)[:1500])
             if a.keep:
-                say(f"cluster kept (set NETSKEL_KEEP_RUN=1 to keep its logs too); NetDiag at 127.0.0.1:{d.analyzer.ports[0] if d.analyzer else 0}"
-                    " (Ctrl-C to remove)")
+                port = d.analyzer.ports[0] if d.analyzer else 0
+                say(f"cluster kept; NetDiag at 127.0.0.1:{port} (Ctrl-C to remove; "
+                    "NETSKEL_KEEP_RUN=1 keeps its logs too)")
                 from netskel.cli import _wait_for_signal
                 _wait_for_signal()
         finally:
