@@ -208,7 +208,8 @@ def features(r: Rates, period: float) -> np.ndarray:
     basis = np.exp(-2j * np.pi * np.outer(t, k) / period)
     x = (total - total.mean(axis=1, keepdims=True)) @ basis
     rot = np.conj(x[:, :1]) / (np.abs(x[:, :1]) + 1e-12)
-    y = x * rot ** k[None, :]
+    # Weight 1/sqrt(k): real bursts are jittery, high harmonics are noisier.
+    y = x * rot ** k[None, :] / np.sqrt(k)[None, :]
     y /= np.linalg.norm(y, axis=1, keepdims=True) + 1e-12
     nper = int(min(n, max(16, round(4 * period / r.dt))))
     freqs, _, z = signal.stft(total, fs=1.0 / r.dt, nperseg=nper, axis=-1)
