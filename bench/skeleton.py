@@ -3,7 +3,11 @@
 wall time and peak memory of the inference process, and the ping list's size
 against the full mesh, the rail-aligned list and the true skeleton.
 
-    python bench/skeleton.py [--sizes 512,4096,32768] [--seconds 20]
+    python bench/skeleton.py [--sizes 512,4096,32768] [--seconds 60] [--shuffled]
+
+Rows come in recording order (each endpoint's samples in time order, as
+agents append them) unless --shuffled: then every row is out of place and
+the full sort runs (the contract allows unsorted rows).
 
 Each size runs in its own process so peak memory is its own. Prints one JSON
 line. Goals on this 2-core machine: 4,096 endpoints <= 5 s, 32,768 <= 30 s.
@@ -24,14 +28,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def one(n: int, seconds: float) -> dict[str, object]:
+def one(n: int, seconds: float, shuffled: bool) -> dict[str, object]:
     import pyarrow.parquet as pq
 
     from controller.infer import infer_files
     from netskel.simulate import JobShape, Noise, simulate
 
     shape = JobShape("job", dp=n // 64, tp=8, pp=8)
-    topo_doc, table, truth = simulate([shape], Noise(duration_s=seconds), seed=1)
+    topo_doc, table, truth = simulate([shape], Noise(duration_s=seconds, shuffle=shuffled), seed=1)
     with tempfile.TemporaryDirectory() as tmp:
         topo = Path(tmp) / "t.json"
         topo.write_text(json.dumps(topo_doc))
@@ -49,7 +53,8 @@ def one(n: int, seconds: float) -> dict[str, object]:
     tr = truth["job"].pairs
     full = n * (n - 1) // 2
     rail = 8 * ((n // 8) * (n // 8 - 1) // 2)
-    return {"endpoints": n, "rows": rows, "infer_s": round(wall, 2),
+    return {"endpoints": n, "rows": rows, "row_order": "shuffled" if shuffled else "recorded",
+            "infer_s": round(wall, 2),
             "peak_rss_mb": round(rss_peak / 1024, 1),
             "rss_before_infer_mb": round(rss_before / 1024, 1),
             "parallelism": job["parallelism"], "confidence": job["confidence"],
@@ -64,15 +69,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="512,4096,32768")
     ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--shuffled", action="store_true")
     ap.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(a.one, a.seconds)))
+        print(json.dumps(one(a.one, a.seconds, a.shuffled)))
         return
     results = []
     for n in (int(x) for x in a.sizes.split(",")):
-        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--seconds",
-                              str(a.seconds)], capture_output=True, text=True, cwd=ROOT)
+        cmd = [sys.executable, __file__, "--one", str(n), "--seconds", str(a.seconds)]
+        out = subprocess.run(cmd + (["--shuffled"] if a.shuffled else []), capture_output=True,
+                             text=True, cwd=ROOT)
         if out.returncode != 0:
             results.append({"endpoints": n, "error": out.stderr.strip().splitlines()[-1:]})
         else:

@@ -48,10 +48,14 @@ def infer_job(topo: Topology, job: str, throughput: dict[str, Any]) -> dict[str,
     if len(eps) < 2:
         raise InputError(f"job '{job}' has {len(eps)} endpoint(s); a skeleton needs two or more")
     names: list[str] = throughput["names"]
-    mine = np.flatnonzero(np.isin(np.asarray(names, dtype=object), np.asarray(eps, dtype=object)))
-    mask = np.isin(throughput["code"], mine)
-    rates = to_rates(throughput["ts"][mask], throughput["code"][mask],
-                     throughput["tx_bytes"][mask], throughput["rx_bytes"][mask], eps, names=names)
+    wanted = set(eps)
+    mine = np.array([n in wanted for n in names], dtype=bool)
+    code = throughput["code"]
+    mask = mine[code]
+    cols = [throughput[c] for c in ("ts", "code", "tx_bytes", "rx_bytes")]
+    if not mask.all():  # other jobs share the file: keep only this job's rows
+        cols = [c[mask] for c in cols]
+    rates = to_rates(cols[0], cols[1], cols[2], cols[3], eps, names=names)
     sk = infer(topo, job, rates)
     return {"job": job, "confidence": sk.confidence,
             "parallelism": {"dp": sk.dp, "tp": sk.tp, "pp": sk.pp, "ep": sk.ep},

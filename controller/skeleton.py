@@ -27,7 +27,6 @@ import numpy as np
 from scipy import signal
 from scipy.cluster import hierarchy
 from scipy.optimize import linear_sum_assignment
-from sklearn.metrics import silhouette_score
 
 from controller.pinglist import id_hash, owner_bits
 from netskel.errors import InputError
@@ -73,8 +72,24 @@ class Skeleton:
         return {pair_key(e[int(a)], e[int(b)]) for a, b in self.pair_index}
 
 
+def _endpoint_time_order(code: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Row order by endpoint, then time. Recordings are usually appended as
+    samples arrive, so each endpoint's rows are already in time order: a
+    stable radix sort by endpoint alone keeps them so (O(n)). Only when some
+    endpoint's rows are out of order does a full sort run."""
+    n_codes = int(code.max()) + 1 if len(code) else 1
+    small = code.astype(np.uint16) if n_codes <= 1 << 16 else code
+    order = np.argsort(small, kind="stable")
+    c, t = code[order], ts[order]
+    same = c[1:] == c[:-1]
+    if not np.any(same & (t[1:] < t[:-1])):
+        return order
+    span = float(ts.max() - ts.min()) + 1.0
+    return np.argsort(code * span + (ts - ts.min()))
+
+
 def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarray,
-             wanted: list[str], names: list[str] | None = None, chunk: int = 2048) -> Rates:
+             wanted: list[str], names: list[str] | None = None, chunk: int = 1024) -> Rates:
     """Every wanted endpoint's tx/rx rate on one shared grid, vectorized over
     all endpoints. `endpoint` holds ids, or integer codes into `names` (a
     dictionary-encoded column)."""
@@ -94,18 +109,16 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     remap[want] = np.arange(len(want))
     code = remap[code]
     sel = code >= 0
-    ts, code, tx, rx = ts[sel], code[sel], tx[sel], rx[sel]
-    # One float key orders rows by endpoint, then time (cheaper than lexsort).
-    t_min = float(ts.min())
-    span = float(ts.max() - t_min) + 1.0
-    key = code * span + (ts - t_min)
-    order = np.argsort(key)
-    key, ts, code = key[order], ts[order], code[order]
+    if not sel.all():
+        ts, code, tx, rx = ts[sel], code[sel], tx[sel], rx[sel]
+    order = _endpoint_time_order(code, ts)
+    ts, code = ts[order], code[order]
     tx, rx = tx[order].astype(np.float64), rx[order].astype(np.float64)
     # Duplicate timestamps of one endpoint carry nothing new.
     dup = np.zeros(len(ts), dtype=bool)
     dup[1:] = (code[1:] == code[:-1]) & (ts[1:] <= ts[:-1])
-    key, ts, code, tx, rx = key[~dup], ts[~dup], code[~dup], tx[~dup], rx[~dup]
+    if dup.any():
+        ts, code, tx, rx = ts[~dup], code[~dup], tx[~dup], rx[~dup]
     first = np.ones(len(ts), dtype=bool)
     first[1:] = code[1:] != code[:-1]
     steps = np.diff(ts)[~first[1:]]
@@ -131,16 +144,24 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
 
     ctx, crx = cumulative(tx), cumulative(rx)
     grid = np.arange(start, end, dt)
-    out_tx = np.empty((len(want), len(grid) - 1), dtype=np.float32)
+    g = len(grid)
+    # Grid point j of an endpoint interpolates between its last sample at or
+    # before grid[j] and the next one. A sample lands in cell ceil((t-start)/dt):
+    # counting samples per cell (no search) gives each grid point's index.
+    cell = np.clip(np.ceil((ts - start) / dt), 0, g).astype(np.int64)
+    out_tx = np.empty((len(want), g - 1), dtype=np.float32)
     out_rx = np.empty_like(out_tx)
     for lo in range(0, len(want), chunk):
         hi = min(len(want), lo + chunk)
-        q = (np.arange(lo, hi)[:, None] * span + (grid - t_min)[None, :]).ravel()
-        i = np.searchsorted(key, q, side="right") - 1
-        i = np.clip(i, bounds[lo:hi].repeat(len(grid)), (bounds[lo + 1:hi + 1] - 2).repeat(len(grid)))
-        frac = np.clip((q - key[i]) / (key[i + 1] - key[i]), 0.0, 1.0)
+        rows = slice(bounds[lo], bounds[hi])
+        counts = np.bincount((code[rows] - lo) * (g + 1) + cell[rows], minlength=(hi - lo) * (g + 1))
+        seen = np.cumsum(counts.reshape(hi - lo, g + 1), axis=1)[:, :g]
+        i = bounds[lo:hi, None] + seen - 1
+        i = np.clip(i, bounds[lo:hi, None], bounds[lo + 1:hi + 1, None] - 2)
+        t_lo, t_hi = ts[i], ts[i + 1]
+        frac = np.clip((grid[None, :] - t_lo) / (t_hi - t_lo), 0.0, 1.0)
         for c, out in ((ctx, out_tx), (crx, out_rx)):
-            v = (c[i] + frac * (c[i + 1] - c[i])).reshape(hi - lo, len(grid))
+            v = c[i] + frac * (c[i + 1] - c[i])
             out[lo:hi] = np.diff(v, axis=1) / dt
     return Rates(endpoints=list(wanted), t0=start, dt=dt, tx=out_tx, rx=out_rx)
 
@@ -220,10 +241,35 @@ def features(r: Rates, period: float) -> np.ndarray:
     return np.hstack([y.real, y.imag, 0.5 * spec])
 
 
-def _separation(x: np.ndarray, labels: np.ndarray, g: int) -> float:
-    """Mean silhouette: near 0 for a cut through structureless data, near 1
-    for real groups."""
-    return float(silhouette_score(x, labels)) if 1 < g < len(x) else 0.0
+def distances(x: np.ndarray) -> np.ndarray:
+    """Euclidean distance matrix in one BLAS pass."""
+    sq = np.einsum("ij,ij->i", x, x)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (x @ x.T)
+    np.maximum(d2, 0.0, out=d2)
+    np.fill_diagonal(d2, 0.0)
+    return np.asarray(np.sqrt(d2, out=d2))
+
+
+def silhouette(d: np.ndarray, labels: np.ndarray) -> float:
+    """Mean silhouette from a distance matrix: near 0 for a cut through
+    structureless data, near 1 for real groups. Per-cluster distance sums in
+    one pass per cut (scikit-learn's silhouette_score is the reference)."""
+    n = len(labels)
+    g = int(labels.max()) + 1
+    if not 1 < g < n:
+        return 0.0
+    order = np.argsort(labels, kind="stable")
+    sizes = np.bincount(labels, minlength=g)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    sums = np.add.reduceat(d[:, order], starts, axis=1)  # (n, g)
+    own = sizes[labels]
+    a = sums[np.arange(n), labels] / np.maximum(own - 1, 1)
+    mean_other = sums / np.maximum(sizes, 1)[None, :]
+    mean_other[np.arange(n), labels] = np.inf
+    b = mean_other.min(axis=1)
+    s = (b - a) / np.maximum(np.maximum(a, b), 1e-300)
+    s[own == 1] = 0.0
+    return float(s.mean())
 
 
 def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
@@ -235,6 +281,9 @@ def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
     if n <= 3:
         return np.zeros(n, dtype=np.int64), 1.0
     z = hierarchy.linkage(x, method="average")
+    d = distances(x)
+    names, host_code = np.unique(np.asarray(hosts, dtype=object), return_inverse=True)
+    n_hosts = len(names)
     best: tuple[float, np.ndarray | None] = (0.0, None)
     for g in range(2, n // 2 + 1):
         if n % g:
@@ -243,9 +292,9 @@ def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
         sizes = np.bincount(labels, minlength=g)
         if len(sizes) != g or np.any(sizes != n // g):
             continue
-        if any(len({hosts[i] for i in np.flatnonzero(labels == c)}) != n // g for c in range(g)):
+        if len(np.unique(labels * n_hosts + host_code)) != n:  # two NICs of a host together
             continue
-        sep = _separation(x, labels, g)
+        sep = silhouette(d, labels)
         if sep > best[0]:
             best = (sep, labels)
     if best[1] is None or best[0] < min_separation:
@@ -345,11 +394,24 @@ def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> tuple[lis
     return chain, clarity
 
 
-def jitter_sequences(r: Rates, idx: np.ndarray, period: float, boundary: float) -> np.ndarray:
+def jitter_sequences(r: Rates, idx: np.ndarray, period: float, boundary: float,
+                     one_way: bool) -> np.ndarray:
     """Per endpoint, the byte-weighted centre of its traffic in each
     iteration, detrended: a replica's timing wobble from iteration to
-    iteration, shared by all its stages; constant clock offsets cancel."""
-    x = (r.tx[idx] + r.rx[idx]).astype(np.float64)
+    iteration, shared by all its stages; constant clock offsets cancel.
+
+    one_way: weigh |tx - rx| instead of tx + rx. The all-reduce sends and
+    receives at once, cancels, and no longer dilutes the wobble of the
+    activations; but a middle stage that sends and receives activations at
+    once cancels them too. The caller tries both. One-way, only traffic
+    above the background floor counts: quiet-time noise has a long lever arm
+    on a centre of mass."""
+    tx, rx = r.tx[idx].astype(np.float64), r.rx[idx]
+    if one_way:
+        x = np.abs(tx - rx)
+        x = np.maximum(x - 2.0 * np.median(x, axis=1, keepdims=True), 0.0)
+    else:
+        x = tx + rx
     n = x.shape[1]
     t = np.arange(n) * r.dt
     it = np.floor((t - boundary) / period).astype(np.int64)
@@ -469,10 +531,13 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         members = np.concatenate(groups)
         prof = _folded((r.tx[members] + r.rx[members]).mean(axis=0), r.dt, period)
         _, mid = quiet_phase(prof)
-        seqs = jitter_sequences(r, members, period, mid / len(prof) * period)
-        seq = {int(i): seqs[k] for k, i in enumerate(members)}
+        boundary = mid / len(prof) * period
+        seqs = [{int(i): row for i, row in zip(members, jitter_sequences(r, members, period, boundary, w),
+                                               strict=True)} for w in (True, False)]
         for a, b in zip(chain, chain[1:], strict=False):
-            matched, margin = match_partners(groups[a], groups[b], seq)
+            # The weighting that separates partners more clearly wins.
+            matched, margin = max((match_partners(groups[a], groups[b], sq) for sq in seqs),
+                                  key=lambda m: m[1])
             if margin < MIN_MATCH_MARGIN:  # timing cannot tell partners apart: keep them all
                 ga, gb = np.meshgrid(groups[a], groups[b], indexing="ij")
                 chunks.append(np.stack([ga.ravel(), gb.ravel()], axis=1))
@@ -500,7 +565,13 @@ def _network_pairs(chunks: list[np.ndarray], host_of: np.ndarray) -> np.ndarray:
     p = np.concatenate(chunks).astype(np.int64)
     p = np.sort(p, axis=1)
     p = p[host_of[p[:, 0]] != host_of[p[:, 1]]]
-    return np.unique(p, axis=0) if len(p) else p
+    if not len(p):
+        return np.asarray(p)
+    n = int(host_of.shape[0])
+    # One int per pair, sorted, neighbours compared (np.unique hashes, slower here).
+    flat = np.sort(p[:, 0] * n + p[:, 1])
+    flat = flat[np.concatenate([[True], flat[1:] != flat[:-1]])]
+    return np.stack([flat // n, flat % n], axis=1)
 
 
 def rail_aligned(topo: Topology, job: str, eps: list[str], why: str) -> Skeleton:
@@ -530,7 +601,7 @@ def ping_list(sk: Skeleton) -> dict[str, list[str]]:
     bits = owner_bits(h[lo], h[hi])
     src = np.where(bits == 0, lo, hi)
     dst = np.where(bits == 0, hi, lo)
-    order = np.lexsort((rank[dst], src))
+    order = np.argsort(src * len(eps) + rank[dst])
     src, dst = src[order], dst[order]
     out: dict[str, list[str]] = {e: [] for e in sorted(eps)}
     bounds = np.searchsorted(src, np.arange(len(eps) + 1))

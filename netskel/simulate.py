@@ -46,7 +46,7 @@ class Noise:
     resets: int = 2                # endpoints whose counter restarts mid-recording
     background_bps: float = 2e6    # bytes/s of unrelated traffic, per endpoint
     replica_jitter_s: float = 0.01  # per replica per iteration
-    shuffle: bool = True
+    shuffle: bool = True           # False: rows in recording order (by time)
 
 
 @dataclass
@@ -232,9 +232,8 @@ def simulate(jobs: list[JobShape], noise: Noise | None = None, seed: int = 0,
     ep = np.asarray(cols["endpoint"], dtype=object)
     tx_all = np.concatenate(cols["tx_bytes"])
     rx_all = np.concatenate(cols["rx_bytes"])
-    if nz.shuffle:
-        o = rng.permutation(len(ts))
-        ts, ep, tx_all, rx_all = ts[o], ep[o], tx_all[o], rx_all[o]
+    o = rng.permutation(len(ts)) if nz.shuffle else np.argsort(ts, kind="stable")
+    ts, ep, tx_all, rx_all = ts[o], ep[o], tx_all[o], rx_all[o]
     table = pa.table({"ts": pa.array(ts, pa.float64()), "endpoint": pa.array(ep.tolist(), pa.string()),
                       "tx_bytes": pa.array(tx_all, pa.int64()),
                       "rx_bytes": pa.array(rx_all, pa.int64())})

@@ -176,3 +176,30 @@ def test_simulate_then_infer_round_trip(tmp_path, capsys):
         assert {tuple(p) for p in truth[job["job"]]["pairs"]} <= pairs
     assert main(["simulate", "--job", "job7,dp=four", "-o", str(out)]) == 2
     assert "expected NAME,dp=D" in capsys.readouterr().err
+
+
+def test_vectorized_silhouette_agrees_with_scikit_learn():
+    from sklearn.metrics import silhouette_score
+
+    from controller.skeleton import distances, silhouette
+    rng = np.random.default_rng(4)
+    x = np.vstack([rng.normal(c, 1.0, (30, 5)) for c in (0, 3, 6)])
+    d = distances(x)
+    for labels in (np.repeat(np.arange(3), 30), rng.integers(0, 4, 90), np.arange(90) % 2):
+        assert silhouette(d, labels) == pytest.approx(silhouette_score(x, labels), abs=1e-9)
+
+
+def test_rates_same_from_recorded_and_shuffled_rows():
+    """Rows in recording order take the O(n) path; shuffled rows the full
+    sort. Both must give the very same rates."""
+    shape = JobShape("j", dp=2, tp=8, pp=2)
+    rates = []
+    for shuffle in (False, True):
+        _, table, _ = simulate([shape], Noise(duration_s=15, shuffle=shuffle), seed=5)
+        cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+        eps = sorted(set(cols["endpoint"]))
+        rates.append(to_rates(cols["ts"], cols["endpoint"].astype(object), cols["tx_bytes"],
+                              cols["rx_bytes"], eps))
+    assert rates[0].tx.shape == rates[1].tx.shape and rates[0].dt == rates[1].dt
+    np.testing.assert_array_equal(rates[0].tx, rates[1].tx)
+    np.testing.assert_array_equal(rates[0].rx, rates[1].rx)
