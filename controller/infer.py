@@ -59,7 +59,7 @@ def infer_job(topo: Topology, job: str, throughput: dict[str, Any]) -> dict[str,
     sk = infer(topo, job, rates)
     return {"job": job, "confidence": sk.confidence,
             "parallelism": {"dp": sk.dp, "tp": sk.tp, "pp": sk.pp, "ep": sk.ep},
-            "dp_groups": sk.dp_groups, "pp_stages": sk.pp_stages,
+            "dp_groups": sk.dp_groups, "pp_stages": sk.pp_stages, "ep_groups": sk.ep_groups,
             "ping_list": ping_list(sk), "notes": sk.notes}
 
 

@@ -64,6 +64,7 @@ class Skeleton:
     endpoints: list[str]
     pair_index: np.ndarray  # (P, 2) indices into endpoints, each pair once
     notes: list[str] = field(default_factory=list)
+    ep_groups: list[list[str]] = field(default_factory=list)
 
     @property
     def pairs(self) -> set[tuple[str, str]]:
@@ -395,23 +396,24 @@ def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> tuple[lis
 
 
 def jitter_sequences(r: Rates, idx: np.ndarray, period: float, boundary: float,
-                     one_way: bool) -> np.ndarray:
+                     weigh: str) -> np.ndarray:
     """Per endpoint, the byte-weighted centre of its traffic in each
     iteration, detrended: a replica's timing wobble from iteration to
     iteration, shared by all its stages; constant clock offsets cancel.
 
-    one_way: weigh |tx - rx| instead of tx + rx. The all-reduce sends and
-    receives at once, cancels, and no longer dilutes the wobble of the
-    activations; but a middle stage that sends and receives activations at
-    once cancels them too. The caller tries both. One-way, only traffic
-    above the background floor counts: quiet-time noise has a long lever arm
-    on a centre of mass."""
+    weigh: "total" (tx + rx); "one_way" (|tx - rx|: the all-reduce sends and
+    receives at once, cancels, and no longer dilutes the activations' wobble,
+    but a middle stage sending and receiving activations at once cancels them
+    too, so callers try both); "two_way" (min(tx, rx): collectives, among
+    them the all-to-all that moves with its expert group). Apart from
+    "total", only traffic above the background floor counts: quiet-time noise
+    has a long lever arm on a centre of mass."""
     tx, rx = r.tx[idx].astype(np.float64), r.rx[idx]
-    if one_way:
-        x = np.abs(tx - rx)
-        x = np.maximum(x - 2.0 * np.median(x, axis=1, keepdims=True), 0.0)
-    else:
+    if weigh == "total":
         x = tx + rx
+    else:
+        x = np.abs(tx - rx) if weigh == "one_way" else np.minimum(tx, rx)
+        x = np.maximum(x - 2.0 * np.median(x, axis=1, keepdims=True), 0.0)
     n = x.shape[1]
     t = np.arange(n) * r.dt
     it = np.floor((t - boundary) / period).astype(np.int64)
@@ -533,7 +535,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         _, mid = quiet_phase(prof)
         boundary = mid / len(prof) * period
         seqs = [{int(i): row for i, row in zip(members, jitter_sequences(r, members, period, boundary, w),
-                                               strict=True)} for w in (True, False)]
+                                               strict=True)} for w in ("one_way", "total")]
         for a, b in zip(chain, chain[1:], strict=False):
             # The weighting that separates partners more clearly wins.
             matched, margin = max((match_partners(groups[a], groups[b], sq) for sq in seqs),
@@ -544,6 +546,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
                 notes.append(f"rail {rail}: stage partners ambiguous, kept all cross pairs")
             elif matched:
                 chunks.append(np.asarray(matched, dtype=np.int64))
+    ep, ep_groups = expert_groups(r, [np.asarray(m) for m in merged.values()], period)
     if n % (dp * pp):
         notes.append(f"{n} endpoints do not divide into dp={dp} x pp={pp}")
     tp = max(1, n // (dp * pp))
@@ -553,9 +556,58 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     quality = sep if pp > 1 or len(dp_groups) > len(by_rail) else 1.0
     confidence = float(np.sqrt(strength * max(0.0, quality)))
     return Skeleton(job=job, confidence=round(float(min(1.0, max(0.0, confidence))), 3), dp=dp,
-                    tp=tp, pp=pp, ep=None, dp_groups=sorted(dp_groups),
+                    tp=tp, pp=pp, ep=ep, dp_groups=sorted(dp_groups),
+                    ep_groups=sorted(sorted(eps[i] for i in g) for g in ep_groups),
                     pp_stages=[sorted(eps[i] for i in stage_sets[s]) for s in sorted(stage_sets)],
                     endpoints=list(eps), pair_index=_network_pairs(chunks, host_of), notes=notes)
+
+
+def expert_split(seq: np.ndarray) -> np.ndarray | None:
+    """Labels of the members of one data-parallel group by expert group, or
+    None. Members of an expert group meet in every all-to-all, so their
+    per-iteration timing wobbles together; the split must be equal and its
+    within-group agreement well above chance (correlations of K unrelated
+    wobbles scatter by 1/sqrt(K))."""
+    m, k = seq.shape
+    if m < 4 or k < 3:
+        return None
+    x = seq / (np.linalg.norm(seq, axis=1, keepdims=True) + 1e-12)
+    labels, sep = equal_clusters(x, [str(i) for i in range(m)], min_separation=0.25)
+    g = int(labels.max()) + 1
+    if g == 1:
+        return None
+    c = x @ x.T
+    same = labels[:, None] == labels[None, :]
+    off = ~np.eye(m, dtype=bool)
+    within, between = c[same & off], c[~same]
+    noise = 1.0 / np.sqrt(k)
+    stderr = noise * np.sqrt(1.0 / len(within) + 1.0 / len(between))
+    if float(within.mean() - between.mean()) < SIGNIFICANCE * max(stderr, noise / 2):
+        return None
+    return labels
+
+
+def expert_groups(r: Rates, dp_groups: list[np.ndarray], period: float
+                  ) -> tuple[int, list[np.ndarray]]:
+    """(ep, expert groups as endpoint indices) from the all-to-all timing
+    inside each data-parallel group; ep 1 and no groups when none shows."""
+    found: list[np.ndarray] = []
+    sizes: list[int] = []
+    for members in dp_groups:
+        if len(members) < 4:
+            continue
+        prof = _folded((r.tx[members] + r.rx[members]).mean(axis=0), r.dt, period)
+        _, mid = quiet_phase(prof)
+        seq = jitter_sequences(r, members, period, mid / len(prof) * period, "two_way")
+        labels = expert_split(seq)
+        if labels is None:
+            sizes.append(1)
+            continue
+        g = int(labels.max()) + 1
+        sizes.append(len(members) // g)
+        found += [members[labels == c] for c in range(g)]
+    ep = max(set(sizes), key=sizes.count) if sizes else 1
+    return ep, [f for f in found if len(f) == ep] if ep > 1 else []
 
 
 def _network_pairs(chunks: list[np.ndarray], host_of: np.ndarray) -> np.ndarray:

@@ -10,7 +10,8 @@ gradients s+1 -> s, then each stage's data-parallel all-reduce once its
 backward is done; MoE adds all-to-all bursts inside each expert group.
 Each data-parallel replica runs with its own small timing jitter (what
 pairs the corresponding endpoints of adjacent stages); all-reduces start
-together. Noise: background bytes, missing samples, counter resets, host
+together; an expert group's all-to-all is a collective, so its members move
+it together (the group's mean jitter). Noise: background bytes, missing samples, counter resets, host
 clock offsets, shuffled rows."""
 
 from __future__ import annotations
@@ -115,43 +116,49 @@ def _truth(job: JobShape, ranks: list[_Rank]) -> Truth:
     return tr
 
 
-def _bursts(job: JobShape, r: _Rank) -> tuple[list[tuple[float, float, float, bool]], ...]:
-    """(offset, duration, bytes, follows replica jitter) per burst, tx and rx."""
+NO_JITTER, REPLICA, EXPERTS = 0, 1, 2
+Burst = tuple[float, float, float, int]
+
+
+def _bursts(job: JobShape, r: _Rank) -> tuple[list[Burst], list[Burst]]:
+    """(offset, duration, bytes, whose jitter moves it) per burst, tx and rx."""
     P, m = job.pp, job.microbatches
     delta = job.period_s * 0.6 / (2 * (P + m))
     act, dur = 8e6, delta * 0.5
-    tx: list[tuple[float, float, float, bool]] = []
-    rx: list[tuple[float, float, float, bool]] = []
+    tx: list[Burst] = []
+    rx: list[Burst] = []
     fwd_end = (P + m) * delta
     for j in range(m):
         if r.s + 1 < P:
-            tx.append(((r.s + j) * delta, dur, act, True))
-            rx.append((fwd_end + (P - 2 - r.s + j) * delta, dur, act, True))
+            tx.append(((r.s + j) * delta, dur, act, REPLICA))
+            rx.append((fwd_end + (P - 2 - r.s + j) * delta, dur, act, REPLICA))
         if r.s > 0:
-            rx.append(((r.s - 1 + j) * delta, dur, act, True))
-            tx.append((fwd_end + (P - 1 - r.s + j) * delta, dur, act, True))
+            rx.append(((r.s - 1 + j) * delta, dur, act, REPLICA))
+            tx.append((fwd_end + (P - 1 - r.s + j) * delta, dur, act, REPLICA))
         if job.ep > 1:  # all-to-all around the expert layers, forward and backward
             for off in ((r.s + j) * delta + dur, fwd_end + (P - 1 - r.s + j) * delta + dur):
-                tx.append((off, dur * 0.5, act / 2, True))
-                rx.append((off, dur * 0.5, act / 2, True))
+                tx.append((off, dur * 0.5, act / 2, EXPERTS))
+                rx.append((off, dur * 0.5, act / 2, EXPERTS))
     if job.dp > 1:
         start = fwd_end + (P - r.s + m) * delta
         grad = 40e6 * 2 * (job.dp - 1) / job.dp
-        tx.append((start, delta * 1.5, grad, False))
-        rx.append((start, delta * 1.5, grad, False))
+        tx.append((start, delta * 1.5, grad, NO_JITTER))
+        rx.append((start, delta * 1.5, grad, NO_JITTER))
     return tx, rx
 
 
-def _cumulative(bursts: list[tuple[float, float, float, bool]], starts: np.ndarray,
-                jitter: np.ndarray, times: np.ndarray) -> np.ndarray:
+def _cumulative(bursts: list[Burst], starts: np.ndarray, jitter: np.ndarray,
+                expert_jitter: np.ndarray, times: np.ndarray) -> np.ndarray:
     """Bytes sent by each sample time: piecewise-linear through all bursts."""
     if not bursts:
         return np.zeros_like(times)
     off = np.array([b[0] for b in bursts])
     dur = np.array([b[1] for b in bursts])
     size = np.array([b[2] for b in bursts])
-    follows = np.array([b[3] for b in bursts])
-    begin = starts[:, None] + off[None, :] + np.where(follows[None, :], jitter[:, None], 0.0)
+    kind = np.array([b[3] for b in bursts])[None, :]
+    shift = np.where(kind == REPLICA, jitter[:, None],
+                     np.where(kind == EXPERTS, expert_jitter[:, None], 0.0))
+    begin = starts[:, None] + off[None, :] + shift
     begin = begin.ravel()
     end = begin + np.tile(dur, len(starts))
     sizes = np.tile(size, len(starts))
@@ -209,14 +216,16 @@ def simulate(jobs: list[JobShape], noise: Noise | None = None, seed: int = 0,
         starts, jit = iter_cache[job.name]
         if job.periodic:
             tx_b, rx_b = _bursts(job, r)
-            tx = _cumulative(tx_b, starts, jit[r.d], times)
-            rx = _cumulative(rx_b, starts, jit[r.d], times)
+            e0 = r.d // job.ep * job.ep
+            ej = jit[e0:e0 + job.ep].mean(axis=0)
+            tx = _cumulative(tx_b, starts, jit[r.d], ej, times)
+            rx = _cumulative(rx_b, starts, jit[r.d], ej, times)
         else:  # bring-up: irregular bursts of random size
             k = rng.poisson(nz.duration_s / 3)
-            b = [(float(x), 0.05, float(rng.uniform(1e6, 3e7)), False)
+            b = [(float(x), 0.05, float(rng.uniform(1e6, 3e7)), NO_JITTER)
                  for x in rng.uniform(0, nz.duration_s, k)]
-            tx = _cumulative(b, np.zeros(1), np.zeros(1), times)
-            rx = _cumulative(b, np.zeros(1), np.zeros(1), times)
+            tx = _cumulative(b, np.zeros(1), np.zeros(1), np.zeros(1), times)
+            rx = _cumulative(b, np.zeros(1), np.zeros(1), np.zeros(1), times)
         bg = np.cumsum(rng.exponential(nz.background_bps * nz.interval_s, (2, len(times))), axis=1)
         tx, rx = tx + bg[0], rx + bg[1]
         if i in reset_idx:  # agent or VF restart: the counter starts again from zero

@@ -52,6 +52,10 @@ def test_structure_full_recall_and_precision(shape):
     assert sorted(map(sorted, sk.dp_groups)) == sorted(map(sorted, tr.dp_groups))
     assert [set(s) for s in sk.pp_stages] == [set(s) for s in tr.pp_stages], "stage order"
     assert sk.confidence >= 0.5
+    assert sk.ep == shape.ep, "expert parallelism"
+    if shape.ep > 1:  # most expert groups recovered exactly (a reset counter may hide one)
+        right = {tuple(g) for g in sk.ep_groups} & {tuple(g) for g in tr.ep_groups}
+        assert len(right) >= 0.75 * len(tr.ep_groups) and len(right) == len(sk.ep_groups)
 
 
 def test_short_recording_keeps_recall_at_some_precision_cost():
