@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from analyzer.detect import STATS, Detector, DriftReport, Groups, Observation
 from analyzer.localize import Finding, Pair, localize, worst_symptom
-from analyzer.loss import loss_pvalues
 from analyzer.paths import UnderlayPaths
 from netskel import metrics
 from netskel.config import AnalyzerConfig
@@ -63,6 +63,12 @@ class Analyzer:
         # Keyed by component: a loss that turns into unreachability is one incident.
         self._open: dict[tuple[str, str], str] = {}
         self._streak: dict[tuple[str, str], tuple[int, float]] = {}
+        self._open_drift: dict[tuple[str, str], str] = {}
+        self._streak_drift: dict[tuple[str, str], tuple[int, float]] = {}
+        self.detector = Detector(cfg)
+        self._cand_cache: dict[Pair, dict[str, float]] = {}
+        self._pair_groups: dict[Pair, list[int]] = {}
+        self._group_ids: dict[tuple[str, str, str], int] = {}
         self.dead: set[str] = set()
         self.known_endpoints: set[str] = set(topo.endpoints)
         self._seq = 0
@@ -111,20 +117,32 @@ class Analyzer:
         return self.tick(float("inf"))
 
     def _candidates(self, pair: Pair) -> dict[str, float]:
-        a, b = pair
-        if a not in self.topo.endpoints or b not in self.topo.endpoints:
-            return {}
-        return self.paths.weighted_links(self.topo.endpoints[a].nic, self.topo.endpoints[b].nic)
+        """Links the pair may cross (cached: the topology is fixed)."""
+        got = self._cand_cache.get(pair)
+        if got is None:
+            a, b = pair
+            if a not in self.topo.endpoints or b not in self.topo.endpoints:
+                got = {}
+            else:
+                got = self.paths.weighted_links(self.topo.endpoints[a].nic,
+                                                self.topo.endpoints[b].nic)
+            self._cand_cache[pair] = got
+        return got
 
     def process(self, start: float, end: float, windows: Sequence[WindowStats]) -> list[Incident]:
         metrics.WINDOWS_ANALYZED.inc(len(windows))
+        if not windows:
+            return []
+        rows = self.detector.rows_for([(w.src, w.dst, w.size) for w in windows])
+        stats = np.array([[getattr(w, f) for f in STATS] for w in windows], dtype=np.float64)
         sent = np.array([w.sent for w in windows], dtype=np.int64)
         lost = np.array([w.lost for w in windows], dtype=np.int64)
-        pvals = loss_pvalues(sent, lost, self.cfg.loss_baseline)
-        flagged = (lost > 0) & (pvals < self.cfg.loss_alpha)
+        obs, drift = self.detector.observe(rows, stats, sent, lost, start, end,
+                                           self._loss_groups(windows))
         per_pair: dict[Pair, list[int]] = defaultdict(list)
         for i, w in enumerate(windows):
             per_pair[pair_key(w.src, w.dst)].append(i)
+        flagged = obs.latency | obs.loss | obs.unreachable
         anomalous: dict[Pair, str] = {}
         evidence: dict[Pair, dict[str, object]] = {}
         for pair, idx in per_pair.items():
@@ -132,14 +150,69 @@ class Analyzer:
             self._remember(pair, start, end, bool(bad))
             if not bad:
                 continue
-            all_lost = all(windows[i].lost == windows[i].sent for i in idx)
-            anomalous[pair] = "unreachable" if all_lost else "loss"
-            evidence[pair] = {f"size_{windows[i].size}": {
-                "sent": int(sent[i]), "lost": int(lost[i]),
-                "p_value": float(f"{pvals[i]:.3g}")} for i in idx}
-        healthy = {p for p in per_pair if p not in anomalous}
+            if all(obs.unreachable[i] for i in idx):
+                symptom = "unreachable"
+            elif any(obs.loss[i] or obs.unreachable[i] for i in bad):
+                symptom = "loss"
+            else:
+                symptom = "latency"
+            anomalous[pair] = symptom
+            evidence[pair] = {f"size_{windows[i].size}": _window_evidence(windows[i], obs, i)
+                              for i in idx}
+        changed = []
+        if anomalous or self._open:
+            healthy = {p for p in per_pair if p not in anomalous}
+            findings = localize(anomalous, healthy, self.dead, self._candidates)
+            changed += self._update_incidents(start, findings, evidence, per_pair, anomalous,
+                                              self._open, self._streak, self._persist)
+        if drift is not None:
+            changed += self._drift_incidents(drift)
+        return changed
+
+    def _loss_groups(self, windows: Sequence[WindowStats]) -> Groups:
+        """Each window pools its loss with its pair's other sizes and with
+        every pair crossing the same link (links all its paths cross)."""
+        codes: list[int] = []
+        indptr = [0]
+        gid = self._group_ids
+        for w in windows:
+            pair = pair_key(w.src, w.dst)
+            mine = self._pair_groups.get(pair)
+            if mine is None:
+                keys = [("pair", *pair)] + [("link", link, "") for link, wt in
+                                            self._candidates(pair).items() if wt >= 1.0]
+                mine = self._pair_groups[pair] = [gid.setdefault(k, len(gid)) for k in keys]
+            codes.extend(mine)
+            indptr.append(len(codes))
+        return Groups(np.asarray(indptr, dtype=np.int64), np.asarray(codes, dtype=np.int64), len(gid))
+
+    def _persist(self, symptom: str) -> int:
+        if symptom == "latency":
+            return self.cfg.latency_persist_windows
+        return self.cfg.persist_windows
+
+    def _drift_incidents(self, d: DriftReport) -> list[Incident]:
+        """A completed long-term period: pairs whose RTT drifted from their
+        reference become degradation findings; pairs tested clean close them."""
+        by_pair: dict[Pair, list[int]] = defaultdict(list)
+        for k, r in enumerate(d.rows.tolist()):
+            src, dst, _ = self.detector.keys[r]
+            by_pair[pair_key(src, dst)].append(k)
+        anomalous = {p: "degradation" for p, ks in by_pair.items() if any(d.flagged[k] for k in ks)}
+        if not anomalous and not self._open_drift:
+            return []
+        evidence: dict[Pair, dict[str, object]] = {}
+        for p in anomalous:
+            evidence[p] = {f"size_{self.detector.keys[int(d.rows[k])][2]}": {
+                "ks_p_value": float(f"{d.pvalue[k]:.3g}"),
+                "median_shift": round(float(d.shift[k]), 4)} for k in by_pair[p]}
+        healthy = {p for p in by_pair if p not in anomalous}
         findings = localize(anomalous, healthy, self.dead, self._candidates)
-        return self._update_incidents(start, findings, evidence, per_pair, anomalous)
+        for f in findings:
+            f.evidence["test"] = ("KS against a log-normal fitted to the pair's reference "
+                                  f"period; Benjamini-Hochberg at FDR {self.cfg.drift_fdr}")
+        return self._update_incidents(d.period_start, findings, evidence, by_pair, anomalous,
+                                      self._open_drift, self._streak_drift, lambda _s: 1)
 
     def _remember(self, pair: Pair, start: float, end: float, anomalous: bool) -> None:
         h = self._history[pair]
@@ -158,27 +231,31 @@ class Analyzer:
 
     def _update_incidents(self, start: float, findings: list[Finding],
                           evidence: dict[Pair, dict[str, object]],
-                          observed: dict[Pair, list[int]], anomalous: dict[Pair, str]
-                          ) -> list[Incident]:
+                          observed: Mapping[Pair, object], anomalous: dict[Pair, str],
+                          open_map: dict[tuple[str, str], str],
+                          streaks: dict[tuple[str, str], tuple[int, float]],
+                          persist: Callable[[str], int]) -> list[Incident]:
+        """Findings that persisted open (or grow) incidents; components whose
+        pairs were seen healthy close theirs."""
         changed = []
         seen_keys = set()
         for f in findings:
             key = (f.component.type, f.component.id)
             seen_keys.add(key)
-            count, first = self._streak.get(key, (0, start))
-            self._streak[key] = (count + 1, first)
-            if count + 1 < self.cfg.persist_windows:
+            count, first = streaks.get(key, (0, start))
+            streaks[key] = (count + 1, first)
+            if count + 1 < persist(f.symptom) and key not in open_map:
                 continue
             ev = dict(f.evidence)
             ev["windows"] = {f"{a}|{b}": evidence.get((a, b), {}) for a, b in f.pairs[:20]}
-            inc_id = self._open.get(key)
+            inc_id = open_map.get(key)
             if inc_id is None:
                 self._seq += 1
                 inc = Incident(id=f"inc-{self._seq:06d}", start=first, end=None,
                                symptom=f.symptom, layer=f.layer, component=f.component,
                                pairs=list(f.pairs), confidence=f.confidence, evidence=ev)
                 self.incidents[inc.id] = inc
-                self._open[key] = inc.id
+                open_map[key] = inc.id
                 log.warning("incident %s opened: %s %s %s (%d pairs)", inc.id, f.symptom,
                             f.component.type, f.component.id, len(f.pairs))
             else:
@@ -188,16 +265,16 @@ class Analyzer:
                 inc.symptom = worst_symptom((inc.symptom, f.symptom))
                 inc.evidence = ev
             changed.append(inc)
-        for key in [k for k in self._streak if k not in seen_keys]:
-            del self._streak[key]
-        for key, inc_id in list(self._open.items()):
+        for key in [k for k in streaks if k not in seen_keys]:
+            del streaks[key]
+        for key, inc_id in list(open_map.items()):
             if key in seen_keys:
                 continue
             inc = self.incidents[inc_id]
             seen = [p for p in inc.pairs if p in observed]
             if seen and not any(p in anomalous for p in inc.pairs):
                 inc.end = start
-                del self._open[key]
+                del open_map[key]
                 changed.append(inc)
                 log.warning("incident %s closed", inc.id)
         return changed
@@ -248,3 +325,23 @@ class Analyzer:
         overall = FAULT if FAULT in kinds else INCONCLUSIVE if INCONCLUSIVE in kinds else OK
         return Diagnosis(verdict=overall, pairs=verdicts,
                          incidents=sorted(incidents.values(), key=lambda i: i.id))
+
+
+def _window_evidence(w: WindowStats, obs: Observation, i: int) -> dict[str, object]:
+    """What a person needs to judge one window: counts, the loss test, the
+    RTT statistics against the pair's usual median and the LOF score."""
+    ev: dict[str, object] = {"sent": w.sent, "lost": w.lost,
+                             "loss_p_value": float(f"{obs.loss_p[i]:.3g}"),
+                             "loss_baseline": float(f"{obs.loss_baseline[i]:.3g}")}
+    if w.lost < w.sent:
+        ev["rtt_us"] = {f.removeprefix("rtt_"): round(getattr(w, f), 1) for f in STATS}
+    if np.isfinite(obs.ref_median[i]):
+        ev["usual_median_us"] = round(float(obs.ref_median[i]), 1)
+    if np.isfinite(obs.lof[i]):
+        ev["lof"] = round(float(obs.lof[i]), 2)
+    flags = [n for n, a in (("loss", obs.loss), ("latency", obs.latency),
+                            ("unreachable", obs.unreachable)) if a[i]]
+    if flags:
+        ev["anomalies"] = flags
+    return ev
+

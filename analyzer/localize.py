@@ -48,9 +48,14 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
                                 evidence={"reason": "the agent stopped heartbeating; its pairs "
                                                     "fail because nobody probes or answers"}))
 
-    cleared: set[str] = set()
+    # A healthy pair speaks for the links all its paths cross; a link stays a
+    # suspect only while more anomalous pairs accuse it than healthy ones clear it
+    # (a fault seen on 5 of its 7 pairs in a window is still that link's).
+    clears: dict[str, int] = defaultdict(int)
     for pair in healthy:
-        cleared.update(link for link, w in candidates(pair).items() if w >= 1.0)
+        for link, w in candidates(pair).items():
+            if w >= 1.0:
+                clears[link] += 1
     cand = {p: dict(candidates(p)) for p in network}
     unexplained = {p for p in network if cand[p]}
     for p in sorted(set(network) - unexplained):
@@ -58,11 +63,11 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
                                 symptom=network[p], pairs=[p], confidence=0.2,
                                 evidence={"reason": "no underlay path known for this pair"}))
     while unexplained:
-        score: dict[str, float] = defaultdict(float)
+        accused: dict[str, float] = defaultdict(float)
         for p in unexplained:
             for link, w in cand[p].items():
-                if link not in cleared:
-                    score[link] += w
+                accused[link] += w
+        score = {k: v for k, v in accused.items() if v > clears.get(k, 0)}
         if not score:
             pairs = sorted(unexplained)
             findings.append(Finding(component=Component("endpoint", pairs[0][1]), layer="unknown",
@@ -74,13 +79,14 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
         ranked = sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
         best, best_score = ranked[0]
         explained = sorted(p for p in unexplained if best in cand[p])
-        confidence = best_score / len(explained)
+        confidence = best_score / (len(explained) + clears.get(best, 0))
         findings.append(Finding(
             component=Component("link", best), layer="underlay",
             symptom=worst_symptom(network[p] for p in explained), pairs=explained,
             confidence=round(min(1.0, confidence), 3),
             evidence={"votes": {k: round(v, 3) for k, v in ranked[:5]},
-                      "cleared_links": len(cleared), "anomalous_pairs": len(explained)}))
+                      "healthy_pairs_on_link": clears.get(best, 0),
+                      "anomalous_pairs": len(explained)}))
         unexplained -= set(explained)
     return findings
 

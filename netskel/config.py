@@ -52,6 +52,17 @@ class AnalyzerConfig:
     loss_baseline: float = 0.001       # loss rate a healthy path may show
     loss_alpha: float = 1e-4           # binomial test level for a lossy window
     persist_windows: int = 1           # lossy windows in a row before an incident opens
+    latency_persist_windows: int = 2   # slow windows in a row: a congestion burst is not a fault
+    lof_neighbors: int = 5             # k of the Local Outlier Factor
+    lof_history_windows: int = 10      # earlier windows a new one is judged against (5 min of 30 s)
+    lof_min_history: int = 4           # fewer earlier windows: no latency verdict yet
+    lof_threshold: float = 2.0         # LOF above this (and outside the history) is an outlier
+    latency_min_shift_us: float = 20.0  # the median must rise by at least this much ...
+    latency_rel_shift: float = 0.2     # ... and by this fraction of its usual value
+    drift_period_s: float = 1800.0     # long-term test period (30 min)
+    drift_fdr: float = 0.01            # Benjamini-Hochberg false discovery rate across pairs
+    drift_min_shift: float = 0.05      # a drift must move the median by this fraction
+    drift_min_windows: int = 10        # windows a period needs to be tested or be a reference
     history_seconds: float = 900.0     # windows kept per pair for Diagnose
     metrics_port: int = 0
 

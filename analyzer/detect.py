@@ -1,0 +1,230 @@
+"""Anomaly detection over probe windows: pure logic on arrays, one row per
+(src, dst, size class), every row of a window in one pass.
+
+- Latency (short-term): LOF of the window's RTT statistics (log scale) against
+  the row's last windows; anomalous when the score is high, the window lies
+  outside every earlier window's neighbourhood, and its median and p25 rose by
+  a real amount (a lone slow probe moves max and std, not the median).
+- Loss: one-sided binomial test against the row's own healthy loss rate (never
+  below the configured baseline), per size class: a path that drops only
+  large packets stands out in that class alone.
+- Drift (long-term): the medians of each completed period against a
+  log-normal fitted to the row's first complete period (analyzer/drift.py),
+  Benjamini-Hochberg across all rows tested together.
+
+Anomalous windows never enter a row's history: a fault must not become the
+baseline it is judged against."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from analyzer.drift import benjamini_hochberg, fit_lognormal, ks_lognormal
+from analyzer.lof import lof_novelty
+from netskel.config import AnalyzerConfig
+
+STATS = ("rtt_p25", "rtt_median", "rtt_p75", "rtt_min", "rtt_mean", "rtt_std", "rtt_max")
+P25, MEDIAN = 0, 1
+
+RowKey = tuple[str, str, int]
+
+
+@dataclass
+class Groups:
+    """CSR membership of window rows in loss-pooling groups: row i belongs to
+    codes[indptr[i]:indptr[i + 1]]."""
+
+    indptr: np.ndarray
+    codes: np.ndarray
+    count: int
+
+
+def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, base: np.ndarray,
+                alpha: float, max_groups: int = 64) -> np.ndarray:
+    """Rows with losses in a group whose pooled loss is significant. 1 % loss
+    is a few probes per pair-window, lost in the noise; over the tens of pairs
+    crossing one link it is hundreds (Poisson test of the summed losses
+    against the summed expectations). Groups are taken most significant first
+    and their rows explained away, so a lossy link does not also make every
+    other link its pairs cross look lossy."""
+    member = np.repeat(np.arange(len(sent)), np.diff(g.indptr))
+    exp_w = (sent * base).astype(np.float64)
+    lost_w = lost.astype(np.float64).copy()
+    hit = np.zeros(len(sent), dtype=bool)
+    for _ in range(max_groups):
+        exp = np.bincount(g.codes, weights=exp_w[member], minlength=g.count)
+        tot = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
+        p = np.where(tot > 0, sps.poisson.sf(tot - 1, np.maximum(exp, 1e-12)), 1.0)
+        best = int(np.argmin(p))
+        if p[best] >= alpha:
+            break
+        rows = member[g.codes == best]
+        hit[rows] = True
+        lost_w[rows] = 0.0  # explained: no longer evidence against other groups
+        exp_w[rows] = 0.0
+    return hit & (lost > 0)
+
+
+@dataclass
+class Observation:
+    """Per input window (same order as given)."""
+
+    latency: np.ndarray      # bool
+    loss: np.ndarray         # bool
+    unreachable: np.ndarray  # bool
+    lof: np.ndarray          # NaN without enough history
+    loss_p: np.ndarray
+    loss_baseline: np.ndarray
+    ref_median: np.ndarray   # the row's typical median RTT, NaN without history
+
+
+@dataclass
+class DriftReport:
+    rows: np.ndarray      # rows tested (their period completed)
+    flagged: np.ndarray   # bool per tested row
+    pvalue: np.ndarray
+    shift: np.ndarray
+    period_start: float
+
+
+class Detector:
+    def __init__(self, cfg: AnalyzerConfig) -> None:
+        self.cfg = cfg
+        self.keys: list[RowKey] = []
+        self.index: dict[RowKey, int] = {}
+        h = cfg.lof_history_windows
+        self._cap = 0
+        self.hist = np.zeros((0, h, len(STATS)), dtype=np.float32)
+        self.hvalid = np.zeros((0, h), dtype=bool)
+        self.hsent = np.zeros((0, h), dtype=np.int64)
+        self.hlost = np.zeros((0, h), dtype=np.int64)
+        self.hpos = np.zeros(0, dtype=np.int64)
+        # Drift: medians of the current period, and the reference fit.
+        self.slots = 0
+        self.period = np.zeros(0, dtype=np.int64)
+        self.pvals = np.zeros((0, 0), dtype=np.float32)
+        self.pn = np.zeros(0, dtype=np.int64)
+        self.ref_mu = np.zeros(0)
+        self.ref_sigma = np.zeros(0)
+
+    # -- rows -----------------------------------------------------------------
+    def rows_for(self, keys: list[RowKey]) -> np.ndarray:
+        out = np.empty(len(keys), dtype=np.int64)
+        index = self.index
+        for i, k in enumerate(keys):
+            r = index.get(k)
+            if r is None:
+                r = index[k] = len(self.keys)
+                self.keys.append(k)
+            out[i] = r
+        self._grow(len(self.keys))
+        return out
+
+    def _grow(self, n: int) -> None:
+        if n <= self._cap:
+            return
+        cap = max(n, 2 * self._cap, 1024)
+        extra = cap - self._cap
+
+        def pad(a: np.ndarray, fill: float | int | bool) -> np.ndarray:
+            return np.concatenate([a, np.full((extra, *a.shape[1:]), fill, dtype=a.dtype)])
+        self.hist, self.hvalid = pad(self.hist, np.nan), pad(self.hvalid, False)
+        self.hsent, self.hlost, self.hpos = pad(self.hsent, 0), pad(self.hlost, 0), pad(self.hpos, 0)
+        self.period, self.pvals, self.pn = pad(self.period, -1), pad(self.pvals, np.nan), pad(self.pn, 0)
+        self.ref_mu, self.ref_sigma = pad(self.ref_mu, np.nan), pad(self.ref_sigma, np.nan)
+        self._cap = cap
+
+    # -- one window of rows ---------------------------------------------------
+    def observe(self, rows: np.ndarray, stats: np.ndarray, sent: np.ndarray, lost: np.ndarray,
+                window_start: float, window_end: float, groups: Groups | None = None
+                ) -> tuple[Observation, DriftReport | None]:
+        """rows (N,) unique; stats (N, 7) in STATS order, NaN when all probes
+        were lost; groups: which pooled loss groups each row belongs to."""
+        cfg = self.cfg
+        sent = np.asarray(sent, dtype=np.int64)
+        lost = np.asarray(lost, dtype=np.int64)
+        unreachable = lost >= sent
+        # Loss against the row's own healthy history.
+        hs, hl = self.hsent[rows].sum(axis=1), self.hlost[rows].sum(axis=1)
+        base = np.maximum(cfg.loss_baseline, hl / np.maximum(hs, 1))
+        base = np.minimum(base, 0.5)
+        loss_p = np.asarray(sps.binom.sf(lost - 1, sent, base), dtype=np.float64)
+        loss = (lost > 0) & (loss_p < cfg.loss_alpha)
+        if groups is not None:  # pooled: a pair's sizes, a link's pairs
+            loss |= pooled_loss(groups, sent, lost, base, cfg.loss_alpha)
+        # Latency: LOF in log space, plus a shift large enough to matter.
+        hist = self.hist[rows]
+        valid = self.hvalid[rows]
+        has_rtt = np.isfinite(stats).all(axis=1)
+        feats = np.log1p(np.maximum(np.where(has_rtt[:, None], stats, 0.0), 0.0))
+        hfeats = np.log1p(np.maximum(np.nan_to_num(hist.astype(np.float64)), 0.0))
+        res = lof_novelty(hfeats, valid, feats, cfg.lof_neighbors)
+        with warnings.catch_warnings():  # rows without history: all-NaN medians
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref_med = np.nanmedian(np.where(valid, hist[:, :, MEDIAN], np.nan), axis=1)
+            ref_p25 = np.nanmedian(np.where(valid, hist[:, :, P25], np.nan), axis=1)
+        need = np.maximum(cfg.latency_min_shift_us, cfg.latency_rel_shift * np.nan_to_num(ref_med))
+        enough = valid.sum(axis=1) >= cfg.lof_min_history
+        with np.errstate(invalid="ignore"):
+            latency = (has_rtt & enough & (res.score > cfg.lof_threshold) & res.outside
+                       & (stats[:, MEDIAN] - ref_med >= need)
+                       & (stats[:, P25] - ref_p25 >= 0.5 * need))
+        # Healthy windows join the history (a ring of the last H).
+        healthy = ~(loss | latency | unreachable)
+        hr = rows[healthy]
+        pos = self.hpos[hr]
+        self.hist[hr, pos] = np.where(has_rtt[healthy, None], stats[healthy], np.nan)
+        self.hvalid[hr, pos] = has_rtt[healthy]
+        self.hsent[hr, pos], self.hlost[hr, pos] = sent[healthy], lost[healthy]
+        self.hpos[hr] = (pos + 1) % self.hist.shape[1]
+        drift = self._drift(rows, stats[:, MEDIAN], has_rtt & healthy, window_start, window_end)
+        return Observation(latency=latency, loss=loss, unreachable=unreachable, lof=res.score,
+                           loss_p=loss_p, loss_baseline=base, ref_median=ref_med), drift
+
+    def _drift(self, rows: np.ndarray, medians: np.ndarray, ok: np.ndarray, start: float,
+               end: float) -> DriftReport | None:
+        cfg = self.cfg
+        if self.slots == 0:
+            self.slots = int(np.ceil(cfg.drift_period_s / max(end - start, 1e-3))) + 1
+            self.pvals = np.full((self._cap, self.slots), np.nan, dtype=np.float32)
+        if self.pvals.shape[0] < self._cap:
+            extra = self._cap - self.pvals.shape[0]
+            self.pvals = np.concatenate([self.pvals, np.full((extra, self.slots), np.nan, np.float32)])
+        period = int(np.floor(start / cfg.drift_period_s))
+        done = rows[(self.period[rows] >= 0) & (self.period[rows] < period)]
+        report = self._test_periods(done) if len(done) else None
+        fresh = rows[self.period[rows] != period]
+        self.period[fresh] = period
+        self.pn[fresh] = 0
+        self.pvals[fresh] = np.nan
+        r = rows[ok]
+        slot = self.pn[r]
+        room = slot < self.slots
+        self.pvals[r[room], slot[room]] = medians[ok][room]
+        self.pn[r[room]] += 1
+        return report
+
+    def _test_periods(self, rows: np.ndarray) -> DriftReport:
+        """Rows whose period just ended: the first becomes the reference; later
+        ones are tested against it."""
+        cfg = self.cfg
+        vals = self.pvals[rows].astype(np.float64)
+        valid = np.isfinite(vals) & (vals > 0)
+        period_start = float(self.period[rows].max() * cfg.drift_period_s)
+        have_ref = np.isfinite(self.ref_mu[rows])
+        res = ks_lognormal(self.ref_mu[rows], self.ref_sigma[rows], vals, valid,
+                           min_values=cfg.drift_min_windows)
+        found = benjamini_hochberg(np.where(have_ref, res.pvalue, np.nan), cfg.drift_fdr)
+        flagged = found & (res.shift >= cfg.drift_min_shift)
+        new_ref = rows[~have_ref & (valid.sum(axis=1) >= cfg.drift_min_windows)]
+        if len(new_ref):
+            mu, sigma = fit_lognormal(self.pvals[new_ref].astype(np.float64),
+                                      np.isfinite(self.pvals[new_ref]) & (self.pvals[new_ref] > 0))
+            self.ref_mu[new_ref], self.ref_sigma[new_ref] = mu, sigma
+        tested = have_ref & np.isfinite(res.pvalue)
+        return DriftReport(rows=rows[tested], flagged=flagged[tested], pvalue=res.pvalue[tested],
+                           shift=res.shift[tested], period_start=period_start)
