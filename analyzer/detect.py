@@ -1,10 +1,10 @@
 """Anomaly detection over probe windows: pure logic on arrays, one row per
 (src, dst, size class), every row of a window in one pass.
 
-- Latency (short-term): LOF of the window's RTT statistics (log scale) against
-  the row's last windows; anomalous when the score is high, the window lies
-  outside every earlier window's neighbourhood, and its median and p25 rose by
-  a real amount (a lone slow probe moves max and std, not the median).
+- Latency (short-term): a window whose median rose by a real amount (a lone
+  slow probe moves max and std, not the median) and whose p25 did not fall is anomalous when its
+  LOF (RTT statistics, log scale) against the row's last windows is high and
+  it lies outside their cluster. Only such windows need the LOF at all.
 - Loss: one-sided binomial test against the row's own healthy loss rate (never
   below the configured baseline), per size class: a path that drops only
   large packets stands out in that class alone.
@@ -43,20 +43,25 @@ class Groups:
     count: int
 
 
-def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, base: np.ndarray,
-                alpha: float, max_groups: int = 64) -> np.ndarray:
+def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
+                hist_lost: np.ndarray, floor: float, alpha: float, max_groups: int = 64,
+                prior_probes: float = 10_000.0) -> np.ndarray:
     """Rows with losses in a group whose pooled loss is significant. 1 % loss
     is a few probes per pair-window, lost in the noise; over the tens of pairs
     crossing one link it is hundreds (Poisson test of the summed losses
-    against the summed expectations). Groups are taken most significant first
-    and their rows explained away, so a lossy link does not also make every
-    other link its pairs cross look lossy."""
+    against the group's own healthy loss rate, which starts at the floor as
+    `prior_probes` pseudo-probes and learns from history). Groups are taken
+    most significant first and their rows explained away, so a lossy link
+    does not also make every other link its pairs cross look lossy."""
     member = np.repeat(np.arange(len(sent)), np.diff(g.indptr))
-    exp_w = (sent * base).astype(np.float64)
+    h_sent = np.bincount(g.codes, weights=hist_sent[member], minlength=g.count)
+    h_lost = np.bincount(g.codes, weights=hist_lost[member], minlength=g.count)
+    rate = np.maximum(floor, (h_lost + floor * prior_probes) / (h_sent + prior_probes))
+    exp_w = sent.astype(np.float64)
     lost_w = lost.astype(np.float64).copy()
     hit = np.zeros(len(sent), dtype=bool)
     for _ in range(max_groups):
-        exp = np.bincount(g.codes, weights=exp_w[member], minlength=g.count)
+        exp = np.bincount(g.codes, weights=exp_w[member], minlength=g.count) * rate
         tot = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
         p = np.where(tot > 0, sps.poisson.sf(tot - 1, np.maximum(exp, 1e-12)), 1.0)
         best = int(np.argmin(p))
@@ -76,7 +81,7 @@ class Observation:
     latency: np.ndarray      # bool
     loss: np.ndarray         # bool
     unreachable: np.ndarray  # bool
-    lof: np.ndarray          # NaN without enough history
+    lof: np.ndarray          # computed where the median rose enough to matter, else NaN
     loss_p: np.ndarray
     loss_baseline: np.ndarray
     ref_median: np.ndarray   # the row's typical median RTT, NaN without history
@@ -152,17 +157,18 @@ class Detector:
         hs, hl = self.hsent[rows].sum(axis=1), self.hlost[rows].sum(axis=1)
         base = np.maximum(cfg.loss_baseline, hl / np.maximum(hs, 1))
         base = np.minimum(base, 0.5)
-        loss_p = np.asarray(sps.binom.sf(lost - 1, sent, base), dtype=np.float64)
+        loss_p = np.ones(len(rows))
+        some = lost > 0  # P(X >= 0) = 1: only windows with a loss need the test
+        loss_p[some] = sps.binom.sf(lost[some] - 1, sent[some], base[some])
         loss = (lost > 0) & (loss_p < cfg.loss_alpha)
         if groups is not None:  # pooled: a pair's sizes, a link's pairs
-            loss |= pooled_loss(groups, sent, lost, base, cfg.loss_alpha)
-        # Latency: LOF in log space, plus a shift large enough to matter.
+            loss |= pooled_loss(groups, sent, lost, hs, hl, cfg.loss_baseline, cfg.loss_alpha)
+        # Latency: only a window whose median and p25 rose by a real amount can
+        # be anomalous; LOF (log space) then decides whether it is an outlier
+        # against the pair's recent windows. Rows that cannot qualify skip LOF.
         hist = self.hist[rows]
         valid = self.hvalid[rows]
         has_rtt = np.isfinite(stats).all(axis=1)
-        feats = np.log1p(np.maximum(np.where(has_rtt[:, None], stats, 0.0), 0.0))
-        hfeats = np.log1p(np.maximum(np.nan_to_num(hist.astype(np.float64)), 0.0))
-        res = lof_novelty(hfeats, valid, feats, cfg.lof_neighbors)
         with warnings.catch_warnings():  # rows without history: all-NaN medians
             warnings.simplefilter("ignore", RuntimeWarning)
             ref_med = np.nanmedian(np.where(valid, hist[:, :, MEDIAN], np.nan), axis=1)
@@ -170,9 +176,17 @@ class Detector:
         need = np.maximum(cfg.latency_min_shift_us, cfg.latency_rel_shift * np.nan_to_num(ref_med))
         enough = valid.sum(axis=1) >= cfg.lof_min_history
         with np.errstate(invalid="ignore"):
-            latency = (has_rtt & enough & (res.score > cfg.lof_threshold) & res.outside
-                       & (stats[:, MEDIAN] - ref_med >= need)
-                       & (stats[:, P25] - ref_p25 >= 0.5 * need))
+            shifted = (has_rtt & enough & (stats[:, MEDIAN] - ref_med >= need)
+                       & (stats[:, P25] >= ref_p25))
+        lof = np.full(len(rows), np.nan)
+        latency = np.zeros(len(rows), dtype=bool)
+        cand = np.flatnonzero(shifted)
+        if len(cand):
+            feats = np.log1p(np.maximum(stats[cand], 0.0))
+            hfeats = np.log1p(np.maximum(np.nan_to_num(hist[cand].astype(np.float64)), 0.0))
+            res = lof_novelty(hfeats, valid[cand], feats, cfg.lof_neighbors)
+            lof[cand] = res.score
+            latency[cand] = (res.score > cfg.lof_threshold) & res.outside
         # Healthy windows join the history (a ring of the last H).
         healthy = ~(loss | latency | unreachable)
         hr = rows[healthy]
@@ -182,7 +196,7 @@ class Detector:
         self.hsent[hr, pos], self.hlost[hr, pos] = sent[healthy], lost[healthy]
         self.hpos[hr] = (pos + 1) % self.hist.shape[1]
         drift = self._drift(rows, stats[:, MEDIAN], has_rtt & healthy, window_start, window_end)
-        return Observation(latency=latency, loss=loss, unreachable=unreachable, lof=res.score,
+        return Observation(latency=latency, loss=loss, unreachable=unreachable, lof=lof,
                            loss_p=loss_p, loss_baseline=base, ref_median=ref_med), drift
 
     def _drift(self, rows: np.ndarray, medians: np.ndarray, ok: np.ndarray, start: float,

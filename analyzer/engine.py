@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -45,9 +47,13 @@ class Diagnosis:
 
 @dataclass
 class _Seen:
+    """One analysed window: which pairs it saw (sorted pair ids) and which of
+    them were anomalous; Diagnose reads these, no per-pair bookkeeping."""
+
     start: float
     end: float
-    anomalous: bool
+    pairs: np.ndarray
+    anomalous: set[int]
 
 
 class Analyzer:
@@ -57,8 +63,12 @@ class Analyzer:
         self.grace_s = grace_s
         self.paths = UnderlayPaths(topo)
         self._pending: dict[tuple[float, float], list[WindowStats]] = defaultdict(list)
-        self._history: dict[Pair, deque[_Seen]] = defaultdict(deque)
+        self._seen: deque[_Seen] = deque()
         self._by_endpoint: dict[str, set[Pair]] = defaultdict(set)
+        self._pairs: list[Pair] = []            # pair id -> pair
+        self._pair_id: dict[Pair, int] = {}
+        self._row_pair = np.zeros(0, dtype=np.int64)  # detector row -> pair id
+        self._row_groups: list[list[int]] = []  # detector row -> loss-pooling groups
         self.incidents: dict[str, Incident] = {}
         # Keyed by component: a loss that turns into unreachability is one incident.
         self._open: dict[tuple[str, str], str] = {}
@@ -134,57 +144,74 @@ class Analyzer:
         if not windows:
             return []
         rows = self.detector.rows_for([(w.src, w.dst, w.size) for w in windows])
-        stats = np.array([[getattr(w, f) for f in STATS] for w in windows], dtype=np.float64)
-        sent = np.array([w.sent for w in windows], dtype=np.int64)
-        lost = np.array([w.lost for w in windows], dtype=np.int64)
+        self._index_rows()
+        stats = np.array(list(map(_STATS_OF, windows)), dtype=np.float64)
+        sent = np.fromiter((w.sent for w in windows), dtype=np.int64, count=len(windows))
+        lost = np.fromiter((w.lost for w in windows), dtype=np.int64, count=len(windows))
         obs, drift = self.detector.observe(rows, stats, sent, lost, start, end,
-                                           self._loss_groups(windows))
-        per_pair: dict[Pair, list[int]] = defaultdict(list)
-        for i, w in enumerate(windows):
-            per_pair[pair_key(w.src, w.dst)].append(i)
-        flagged = obs.latency | obs.loss | obs.unreachable
+                                           self._loss_groups(rows))
+        pid = self._row_pair[rows]
+        flagged = np.flatnonzero(obs.latency | obs.loss | obs.unreachable)
+        bad_pairs = np.unique(pid[flagged])
         anomalous: dict[Pair, str] = {}
         evidence: dict[Pair, dict[str, object]] = {}
-        for pair, idx in per_pair.items():
-            bad = [i for i in idx if flagged[i]]
-            self._remember(pair, start, end, bool(bad))
-            if not bad:
-                continue
-            if all(obs.unreachable[i] for i in idx):
-                symptom = "unreachable"
-            elif any(obs.loss[i] or obs.unreachable[i] for i in bad):
-                symptom = "loss"
-            else:
-                symptom = "latency"
-            anomalous[pair] = symptom
-            evidence[pair] = {f"size_{windows[i].size}": _window_evidence(windows[i], obs, i)
-                              for i in idx}
+        if len(bad_pairs):
+            by_pair: dict[int, list[int]] = defaultdict(list)
+            for i in np.flatnonzero(np.isin(pid, bad_pairs)).tolist():
+                by_pair[int(pid[i])].append(i)
+            for p_id, idx in by_pair.items():
+                pair = self._pairs[p_id]
+                if all(obs.unreachable[i] for i in idx):
+                    symptom = "unreachable"
+                elif any(obs.loss[i] or obs.unreachable[i] for i in idx):
+                    symptom = "loss"
+                else:
+                    symptom = "latency"
+                anomalous[pair] = symptom
+                evidence[pair] = {f"size_{windows[i].size}": _window_evidence(windows[i], obs, i)
+                                  for i in idx}
+        seen_ids = np.unique(pid)
+        self._seen.append(_Seen(start, end, seen_ids, {int(x) for x in bad_pairs}))
         changed = []
         if anomalous or self._open:
-            healthy = {p for p in per_pair if p not in anomalous}
+            healthy = {self._pairs[i] for i in np.setdiff1d(seen_ids, bad_pairs).tolist()}
             findings = localize(anomalous, healthy, self.dead, self._candidates)
-            changed += self._update_incidents(start, findings, evidence, per_pair, anomalous,
-                                              self._open, self._streak, self._persist)
+            changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
+                                              anomalous, self._open, self._streak, self._persist)
         if drift is not None:
             changed += self._drift_incidents(drift)
         return changed
 
-    def _loss_groups(self, windows: Sequence[WindowStats]) -> Groups:
-        """Each window pools its loss with its pair's other sizes and with
-        every pair crossing the same link (links all its paths cross)."""
-        codes: list[int] = []
-        indptr = [0]
+    def _index_rows(self) -> None:
+        """Pair id and loss-pooling groups of detector rows added since the
+        last window: each pair's sizes pool together, and with every pair
+        crossing the same link (links all its paths cross)."""
+        keys = self.detector.keys
+        start = len(self._row_groups)
+        if start == len(keys):
+            return
+        new_pid = np.empty(len(keys) - start, dtype=np.int64)
         gid = self._group_ids
-        for w in windows:
-            pair = pair_key(w.src, w.dst)
-            mine = self._pair_groups.get(pair)
-            if mine is None:
-                keys = [("pair", *pair)] + [("link", link, "") for link, wt in
-                                            self._candidates(pair).items() if wt >= 1.0]
-                mine = self._pair_groups[pair] = [gid.setdefault(k, len(gid)) for k in keys]
-            codes.extend(mine)
-            indptr.append(len(codes))
-        return Groups(np.asarray(indptr, dtype=np.int64), np.asarray(codes, dtype=np.int64), len(gid))
+        for k, (src, dst, _size) in enumerate(keys[start:]):
+            pair = pair_key(src, dst)
+            p_id = self._pair_id.get(pair)
+            if p_id is None:
+                p_id = self._pair_id[pair] = len(self._pairs)
+                self._pairs.append(pair)
+                self._by_endpoint[pair[0]].add(pair)
+                self._by_endpoint[pair[1]].add(pair)
+            new_pid[k] = p_id
+            groups = [("pair", *pair)] + [("link", link, "") for link, wt in
+                                          self._candidates(pair).items() if wt >= 1.0]
+            self._row_groups.append([gid.setdefault(g, len(gid)) for g in groups])
+        self._row_pair = np.concatenate([self._row_pair, new_pid])
+
+    def _loss_groups(self, rows: np.ndarray) -> Groups:
+        mine = [self._row_groups[r] for r in rows.tolist()]
+        lens = np.fromiter(map(len, mine), dtype=np.int64, count=len(mine))
+        indptr = np.concatenate([[0], np.cumsum(lens)])
+        codes = np.fromiter(chain.from_iterable(mine), dtype=np.int64, count=int(indptr[-1]))
+        return Groups(indptr, codes, len(self._group_ids))
 
     def _persist(self, symptom: str) -> int:
         if symptom == "latency":
@@ -214,24 +241,14 @@ class Analyzer:
         return self._update_incidents(d.period_start, findings, evidence, by_pair, anomalous,
                                       self._open_drift, self._streak_drift, lambda _s: 1)
 
-    def _remember(self, pair: Pair, start: float, end: float, anomalous: bool) -> None:
-        h = self._history[pair]
-        if h and h[-1].start == start:
-            h[-1].anomalous = h[-1].anomalous or anomalous
-        else:
-            h.append(_Seen(start, end, anomalous))
-        self._by_endpoint[pair[0]].add(pair)
-        self._by_endpoint[pair[1]].add(pair)
-
     def _prune(self, now: float) -> None:
         horizon = min(now, self.processed_until) - self.cfg.history_seconds
-        for h in self._history.values():
-            while h and h[0].end < horizon:
-                h.popleft()
+        while self._seen and self._seen[0].end < horizon:
+            self._seen.popleft()
 
     def _update_incidents(self, start: float, findings: list[Finding],
                           evidence: dict[Pair, dict[str, object]],
-                          observed: Mapping[Pair, object], anomalous: dict[Pair, str],
+                          observed: Container[Pair], anomalous: dict[Pair, str],
                           open_map: dict[tuple[str, str], str],
                           streaks: dict[tuple[str, str], tuple[int, float]],
                           persist: Callable[[str], int]) -> list[Incident]:
@@ -313,8 +330,10 @@ class Analyzer:
                     incidents[i.id] = i
                 verdicts.append(PairVerdict(pair, FAULT, ", ".join(sorted(i.id for i in hits))))
                 continue
-            seen = [s for s in self._history.get(pair, ()) if s.end > start and s.start <= end]
-            if any(s.anomalous for s in seen):
+            p_id = self._pair_id.get(pair, -1)
+            seen = [s for s in self._seen if s.end > start and s.start <= end
+                    and _contains(s.pairs, p_id)]
+            if any(p_id in s.anomalous for s in seen):
                 verdicts.append(PairVerdict(pair, INCONCLUSIVE,
                                             "anomalous window(s) not yet persistent"))
             elif seen:
@@ -325,6 +344,14 @@ class Analyzer:
         overall = FAULT if FAULT in kinds else INCONCLUSIVE if INCONCLUSIVE in kinds else OK
         return Diagnosis(verdict=overall, pairs=verdicts,
                          incidents=sorted(incidents.values(), key=lambda i: i.id))
+
+
+_STATS_OF = attrgetter(*STATS)
+
+
+def _contains(sorted_ids: np.ndarray, x: int) -> bool:
+    i = int(np.searchsorted(sorted_ids, x))
+    return i < len(sorted_ids) and int(sorted_ids[i]) == x
 
 
 def _window_evidence(w: WindowStats, obs: Observation, i: int) -> dict[str, object]:

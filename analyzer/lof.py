@@ -8,6 +8,7 @@ pair uses k = min(k, its history - 1) neighbours, as scikit-learn does."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,8 +19,8 @@ EPS = 1e-10  # scikit-learn's guard against a zero reachability mean
 @dataclass
 class LofResult:
     score: np.ndarray    # (P,) LOF of the query; NaN where the history is too short
-    outside: np.ndarray  # (P,) bool: farther from every history window than any
-    #                      history window is from its k-th neighbour
+    outside: np.ndarray  # (P,) bool: its k nearest history windows are farther, on
+    #                      average, than a typical history window's k-th neighbour
 
 
 def _pairwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -76,6 +77,12 @@ def _lof_chunk(hist: np.ndarray, valid: np.ndarray, q: np.ndarray, k: int
     nb_lrd = np.where(in_k, np.take_along_axis(lrd, qo, axis=1), 0.0).sum(axis=1) / kk
     with np.errstate(invalid="ignore", divide="ignore"):  # unusable rows: inf / inf
         score = np.where(usable, nb_lrd / lrd_q, np.nan)
-    widest = np.where(valid, kdist, -np.inf).max(axis=1)
-    outside = usable & (qd[:, 0] > widest)
+    # Outside the history's cluster: the query's neighbours are farther from
+    # it than history windows typically are from theirs (one stray history
+    # window next to it does not pull it in).
+    q_knn = np.where(in_k, np.where(np.isfinite(qd), qd, 0.0), 0.0).sum(axis=1) / kk
+    with warnings.catch_warnings():  # rows without history: all-NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        typical = np.nanmedian(np.where(valid, kdist, np.nan), axis=1)
+    outside = usable & (q_knn > typical)
     return score, outside

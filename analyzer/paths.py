@@ -31,7 +31,25 @@ class UnderlayPaths:
 
     def weighted_links(self, nic_a: str, nic_b: str) -> dict[str, float]:
         """Links on some shortest path, each weighted 1/(alternatives at its
-        hop): 1 means every path crosses it."""
+        hop): 1 means every path crosses it. A NIC with one uplink (the usual
+        case) adds that link to its switch's paths, which are shared by every
+        NIC behind the same switches: computed once per switch pair."""
+        up_a, up_b = self.topo.neighbours[nic_a], self.topo.neighbours[nic_b]
+        if len(up_a) == 1 and len(up_b) == 1:
+            (sa,), (sb,) = tuple(up_a), tuple(up_b)
+            if sa == sb:
+                return {link_id(nic_a, sa): 1.0, link_id(nic_b, sb): 1.0}
+            inner = self._switch_links(sa, sb)
+            if not inner:
+                return {}
+            return {link_id(nic_a, sa): 1.0, **inner, link_id(nic_b, sb): 1.0}
+        return self._links(nic_a, nic_b)
+
+    @lru_cache(maxsize=65536)  # noqa: B019 - one per analyzer, lives as long as it
+    def _switch_links(self, sa: str, sb: str) -> dict[str, float]:
+        return self._links(sa, sb)
+
+    def _links(self, nic_a: str, nic_b: str) -> dict[str, float]:
         da, db = self._dist(nic_a), self._dist(nic_b)
         total = da.get(nic_b)
         if total is None:

@@ -49,7 +49,7 @@ class AnalyzerConfig:
     topology: str = ""
     controller: str = "127.0.0.1:7000"  # where the report feed comes from
     listen: tuple[str, ...] = ("127.0.0.1:7001",)  # NetDiag gRPC addresses
-    loss_baseline: float = 0.001       # loss rate a healthy path may show
+    loss_baseline: float = 0.0001      # least loss a healthy path shows (its history may raise it)
     loss_alpha: float = 1e-4           # binomial test level for a lossy window
     persist_windows: int = 1           # lossy windows in a row before an incident opens
     latency_persist_windows: int = 2   # slow windows in a row: a congestion burst is not a fault

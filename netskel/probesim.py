@@ -39,7 +39,7 @@ class ProbeNoise:
     sizes: tuple[int, ...] = (64, 1024, 4096)
     rtt_sigma: float = 0.05
     tail: float = 0.002          # fraction of probes with an extra exponential delay
-    healthy_loss: float = 0.0002
+    healthy_loss: float = 0.00005   # RDMA fabrics are all but lossless
     spikes_per_pair_hour: float = 60.0
 
 
