@@ -44,7 +44,8 @@ class Groups:
 
 
 def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
-                hist_lost: np.ndarray, floor: float, alpha: float, max_groups: int = 64,
+                hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
+                max_groups: int = 64,
                 prior_probes: float = 10_000.0) -> np.ndarray:
     """Rows with losses in a group whose pooled loss is significant. 1 % loss
     is a few probes per pair-window, lost in the noise; over the tens of pairs
@@ -63,7 +64,7 @@ def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.nda
     for _ in range(max_groups):
         exp = np.bincount(g.codes, weights=exp_w[member], minlength=g.count) * rate
         tot = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
-        p = np.where(tot > 0, sps.poisson.sf(tot - 1, np.maximum(exp, 1e-12)), 1.0)
+        p = np.where(tot >= min_lost, sps.poisson.sf(tot - 1, np.maximum(exp, 1e-12)), 1.0)
         best = int(np.argmin(p))
         if p[best] >= alpha:
             break
@@ -79,6 +80,7 @@ class Observation:
     """Per input window (same order as given)."""
 
     latency: np.ndarray      # bool
+    sustained: np.ndarray    # bool: latency with p25 up as well, slow for >= 3/4 of the window
     loss: np.ndarray         # bool
     unreachable: np.ndarray  # bool
     lof: np.ndarray          # computed where the median rose enough to matter, else NaN
@@ -160,9 +162,10 @@ class Detector:
         loss_p = np.ones(len(rows))
         some = lost > 0  # P(X >= 0) = 1: only windows with a loss need the test
         loss_p[some] = sps.binom.sf(lost[some] - 1, sent[some], base[some])
-        loss = (lost > 0) & (loss_p < cfg.loss_alpha)
+        loss = (lost >= cfg.loss_min_lost) & (loss_p < cfg.loss_alpha)
         if groups is not None:  # pooled: a pair's sizes, a link's pairs
-            loss |= pooled_loss(groups, sent, lost, hs, hl, cfg.loss_baseline, cfg.loss_alpha)
+            loss |= pooled_loss(groups, sent, lost, hs, hl, cfg.loss_baseline, cfg.loss_alpha,
+                                cfg.loss_min_lost)
         # Latency: only a window whose median and p25 rose by a real amount can
         # be anomalous; LOF (log space) then decides whether it is an outlier
         # against the pair's recent windows. Rows that cannot qualify skip LOF.
@@ -187,6 +190,8 @@ class Detector:
             res = lof_novelty(hfeats, valid[cand], feats, cfg.lof_neighbors)
             lof[cand] = res.score
             latency[cand] = (res.score > cfg.lof_threshold) & res.outside
+        with np.errstate(invalid="ignore"):  # p25 up too: >= 3/4 of the window was slow
+            sustained = latency & (stats[:, P25] - ref_p25 >= need)
         # Healthy windows join the history (a ring of the last H).
         healthy = ~(loss | latency | unreachable)
         hr = rows[healthy]
@@ -196,7 +201,8 @@ class Detector:
         self.hsent[hr, pos], self.hlost[hr, pos] = sent[healthy], lost[healthy]
         self.hpos[hr] = (pos + 1) % self.hist.shape[1]
         drift = self._drift(rows, stats[:, MEDIAN], has_rtt & healthy, window_start, window_end)
-        return Observation(latency=latency, loss=loss, unreachable=unreachable, lof=lof,
+        return Observation(latency=latency, sustained=sustained, loss=loss,
+                           unreachable=unreachable, lof=lof,
                            loss_p=loss_p, loss_baseline=base, ref_median=ref_med), drift
 
     def _drift(self, rows: np.ndarray, medians: np.ndarray, ok: np.ndarray, start: float,

@@ -176,8 +176,10 @@ class Analyzer:
         if anomalous or self._open:
             healthy = {self._pairs[i] for i in np.setdiff1d(seen_ids, bad_pairs).tolist()}
             findings = localize(anomalous, healthy, self.dead, self._candidates)
+            strong = {self._pairs[int(i)] for i in np.unique(pid[obs.sustained])}
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
-                                              anomalous, self._open, self._streak, self._persist)
+                                              anomalous, self._open, self._streak, self._persist,
+                                              strong)
         if drift is not None:
             changed += self._drift_incidents(drift)
         return changed
@@ -251,7 +253,8 @@ class Analyzer:
                           observed: Container[Pair], anomalous: dict[Pair, str],
                           open_map: dict[tuple[str, str], str],
                           streaks: dict[tuple[str, str], tuple[int, float]],
-                          persist: Callable[[str], int]) -> list[Incident]:
+                          persist: Callable[[str], int], strong: Container[Pair] = ()
+                          ) -> list[Incident]:
         """Findings that persisted open (or grow) incidents; components whose
         pairs were seen healthy close theirs."""
         changed = []
@@ -260,8 +263,10 @@ class Analyzer:
             key = (f.component.type, f.component.id)
             seen_keys.add(key)
             count, first = streaks.get(key, (0, start))
-            streaks[key] = (count + 1, first)
-            if count + 1 < persist(f.symptom) and key not in open_map:
+            # A window slow for most of its length is persistence enough on its own.
+            count += 2 if f.symptom == "latency" and any(p in strong for p in f.pairs) else 1
+            streaks[key] = (count, first)
+            if count < persist(f.symptom) and key not in open_map:
                 continue
             ev = dict(f.evidence)
             ev["windows"] = {f"{a}|{b}": evidence.get((a, b), {}) for a, b in f.pairs[:20]}

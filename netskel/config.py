@@ -51,8 +51,10 @@ class AnalyzerConfig:
     listen: tuple[str, ...] = ("127.0.0.1:7001",)  # NetDiag gRPC addresses
     loss_baseline: float = 0.0001      # least loss a healthy path shows (its history may raise it)
     loss_alpha: float = 1e-4           # binomial test level for a lossy window
+    loss_min_lost: int = 3             # fewer lost probes are never a loss anomaly
     persist_windows: int = 1           # lossy windows in a row before an incident opens
-    latency_persist_windows: int = 2   # slow windows in a row: a congestion burst is not a fault
+    latency_persist_windows: int = 2   # slow windows in a row (one slow for 3/4 of it counts
+    #                                    as two): a congestion burst under 20 s is not a fault
     lof_neighbors: int = 5             # k of the Local Outlier Factor
     lof_history_windows: int = 10      # earlier windows a new one is judged against (5 min of 30 s)
     lof_min_history: int = 4           # fewer earlier windows: no latency verdict yet

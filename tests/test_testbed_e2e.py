@@ -94,6 +94,75 @@ def test_link_down_is_fault_for_crossing_pairs_ok_for_others(dep):
     dep.wait_all_ok(timeout=60, since=max(i.end for i in closed.incidents))
 
 
+def _host_rail(dep, endpoint: str) -> tuple[int, int]:
+    lay = dep.layout
+    return next((h, r) for h in range(lay.hosts) for r in range(lay.rails)
+                if lay.endpoint(h, r) == endpoint)
+
+
+def _fault_incidents(dep, crossing, since):
+    """Diagnose the crossing pairs until they are a NETWORK_FAULT; the response."""
+    return wait_for(lambda: (r := dep.diagnose(crossing, since=since))
+                    .verdict == dpb.NETWORK_FAULT and r.incidents and r, 75,
+                    "NETWORK_FAULT on the pairs crossing the faulty link", poll=1)
+
+
+def _wait_closed(dep):
+    wait_for(lambda: all(i.HasField("end") for i in
+                         dep.netdiag.ListIncidents(dpb.ListIncidentsRequest()).incidents),
+             90, "every incident to close once the fault is gone", poll=1)
+
+
+def test_link_loss_is_detected_live(dep):
+    dep.wait_all_ok(timeout=60)
+    link, crossing = _faulty_link(dep)
+    t_fault = time.time()
+    undo = faults.random_loss(dep.cluster, link, 5)
+    try:
+        resp = _fault_incidents(dep, crossing, t_fault)
+        inc = next(i for i in resp.incidents if "votes" in i.evidence and link in i.evidence["votes"])
+        assert inc.symptom == cpb.SYMPTOM_LOSS
+        votes = dict(inc.evidence["votes"])
+        assert votes[link] == max(votes.values())
+        assert {(p.a, p.b) for p in inc.pairs} <= set(crossing)
+    finally:
+        undo()
+    _wait_closed(dep)
+
+
+def test_queueing_delay_from_a_rate_limit_is_detected_live(dep):
+    dep.wait_all_ok(timeout=60)
+    link, crossing = _faulty_link(dep)
+    engine = dep.analyzer.engine
+    need = engine.cfg.lof_min_history
+
+    def history_ready() -> bool:  # the latency test needs earlier windows to judge against
+        with dep.analyzer.lock:
+            det = engine.detector
+            rows = [det.index.get((a, b, 64), det.index.get((b, a, 64))) for a, b in crossing]
+            return all(r is not None and int(det.hvalid[r].sum()) >= need for r in rows)
+    wait_for(history_ready, 120, f"{need} healthy windows of history on the crossing pairs", poll=1)
+    (ha, r), (hb, _) = _host_rail(dep, crossing[0][0]), _host_rail(dep, crossing[0][1])
+    t_fault = time.time()
+    undo = faults.rate_limit(dep.cluster, link, rate="20mbit", load_mbit=40, seconds=150,
+                             load_from=(ha, hb, r))
+    try:
+        resp = _fault_incidents(dep, crossing, t_fault)
+        slow = [w for i in resp.incidents for w in _window_evidence(i)
+                if "latency" in w.get("anomalies", ())]
+        assert slow, "the queue must show as a latency anomaly"
+        assert all(w["rtt_us"]["median"] >= w["usual_median_us"] + 20 for w in slow)
+    finally:
+        undo()
+    _wait_closed(dep)
+
+
+def _window_evidence(inc) -> list[dict]:
+    from google.protobuf.json_format import MessageToDict
+    ev = MessageToDict(inc.evidence)
+    return [size_ev for pair_ev in ev.get("windows", {}).values() for size_ev in pair_ev.values()]
+
+
 def test_controller_restart_mid_run_loses_nothing(dep):
     dep.wait_all_ok(timeout=60)
     before_regs = {c: (r.host, r.endpoints) for c, r in dep.controller.state.regs.items()}
