@@ -20,6 +20,7 @@ from analyzer.detect import STATS, Detector, DriftReport, Groups, Observation
 from analyzer.localize import Finding, Pair, localize, worst_symptom
 from analyzer.paths import UnderlayPaths
 from netskel import metrics
+from netskel.arrays import unique
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
 from netskel.model import AgentState, Incident, WindowStats, pair_key
@@ -152,7 +153,7 @@ class Analyzer:
                                            self._loss_groups(rows))
         pid = self._row_pair[rows]
         flagged = np.flatnonzero(obs.latency | obs.loss | obs.unreachable)
-        bad_pairs = np.unique(pid[flagged])
+        bad_pairs = unique(pid[flagged])
         anomalous: dict[Pair, str] = {}
         evidence: dict[Pair, dict[str, object]] = {}
         if len(bad_pairs):
@@ -170,13 +171,13 @@ class Analyzer:
                 anomalous[pair] = symptom
                 evidence[pair] = {f"size_{windows[i].size}": _window_evidence(windows[i], obs, i)
                                   for i in idx}
-        seen_ids = np.unique(pid)
+        seen_ids = unique(pid)
         self._seen.append(_Seen(start, end, seen_ids, {int(x) for x in bad_pairs}))
         changed = []
         if anomalous or self._open:
-            healthy = {self._pairs[i] for i in np.setdiff1d(seen_ids, bad_pairs).tolist()}
+            healthy = {self._pairs[i] for i in np.setdiff1d(seen_ids, bad_pairs, assume_unique=True).tolist()}
             findings = localize(anomalous, healthy, self.dead, self._candidates)
-            strong = {self._pairs[int(i)] for i in np.unique(pid[obs.sustained])}
+            strong = {self._pairs[int(i)] for i in unique(pid[obs.sustained])}
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
                                               strong)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.records import ProbeRecords
+from netskel.arrays import factorize, unique_rows_inverse
 from netskel.model import WindowStats
 
 QUANTILES = (0.25, 0.5, 0.75)
@@ -30,13 +31,12 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
     n = len(rec)
     if n == 0:
         return []
-    src_names, src_code = np.unique(rec.src, return_inverse=True)
-    dst_names, dst_code = np.unique(rec.dst, return_inverse=True)
-    proto_names, proto_code = np.unique(rec.proto, return_inverse=True)
+    src_names, src_code = factorize(rec.src)
+    dst_names, dst_code = factorize(rec.dst)
+    proto_names, proto_code = factorize(rec.proto)
     widx = np.floor(rec.ts / window_s).astype(np.int64)
     keys = np.stack([widx, src_code, dst_code, rec.size, proto_code], axis=1)
-    uniq, group = np.unique(keys, axis=0, return_inverse=True)
-    group = group.ravel()
+    uniq, group = unique_rows_inverse(keys)
     g = len(uniq)
     sent = np.bincount(group, minlength=g)
     ok = np.isfinite(rec.rtt_us)

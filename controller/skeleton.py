@@ -29,6 +29,7 @@ from scipy.cluster import hierarchy
 from scipy.optimize import linear_sum_assignment
 
 from controller.pinglist import id_hash, owner_bits
+from netskel.arrays import factorize
 from netskel.errors import InputError
 from netskel.model import pair_key
 from netskel.topology import Topology
@@ -95,8 +96,7 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     all endpoints. `endpoint` holds ids, or integer codes into `names` (a
     dictionary-encoded column)."""
     if names is None:
-        uniq, code = np.unique(endpoint, return_inverse=True)
-        names = uniq.tolist()
+        names, code = factorize(np.asarray(endpoint, dtype=object))
     else:
         code = np.asarray(endpoint, dtype=np.int64)
     index = {n: i for i, n in enumerate(names)}

@@ -1,0 +1,59 @@
+"""Sort-based replacements for np.unique. numpy 2.4's np.unique hashes and is
+10-20x slower than a sort on this machine's arrays (measured: 0.40 s vs
+0.03 s for 512 K ints; 8.3 s for 2 M strings), which matters per window."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def unique(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of a 1-D numeric array."""
+    s = np.sort(x)
+    if len(s) == 0:
+        return s
+    return np.asarray(s[np.concatenate([[True], s[1:] != s[:-1]])])
+
+
+def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, index of each element's value) of a 1-D
+    numeric array."""
+    order = np.argsort(x, kind="stable")
+    s = x[order]
+    first = np.concatenate([[True], s[1:] != s[:-1]]) if len(s) else np.zeros(0, dtype=bool)
+    inverse = np.empty(len(x), dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return np.asarray(s[first]), inverse
+
+
+def factorize(values: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """(sorted distinct strings, code of each element) of an object array."""
+    seen: dict[object, int] = {}
+    codes = np.fromiter((seen.setdefault(v, len(seen)) for v in values), dtype=np.int64,
+                        count=len(values))
+    names = list(seen)
+    rank = np.argsort(np.asarray(names, dtype=object), kind="stable")
+    remap = np.empty(len(names), dtype=np.int64)
+    remap[rank] = np.arange(len(names))
+    return [str(names[i]) for i in rank], remap[codes]
+
+
+def unique_rows_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Like np.unique(keys, axis=0, return_inverse=True) for non-negative int64
+    rows: one mixed-radix key when it fits in 63 bits, else a lexsort."""
+    keys = np.asarray(keys, dtype=np.int64)
+    spans = keys.max(axis=0) + 1 if len(keys) else np.ones(keys.shape[1], dtype=np.int64)
+    if float(np.prod(spans.astype(np.float64))) < 2.0 ** 62:
+        flat = np.zeros(len(keys), dtype=np.int64)
+        for j in range(keys.shape[1]):
+            flat = flat * spans[j] + keys[:, j]
+        _, inverse = unique_inverse(flat)
+    else:
+        order = np.lexsort(keys.T[::-1])
+        s = keys[order]
+        first = np.concatenate([[True], np.any(s[1:] != s[:-1], axis=1)])
+        inverse = np.empty(len(keys), dtype=np.int64)
+        inverse[order] = np.cumsum(first) - 1
+    uniq = np.empty((int(inverse.max()) + 1 if len(keys) else 0, keys.shape[1]), dtype=np.int64)
+    uniq[inverse] = keys
+    return uniq, inverse
