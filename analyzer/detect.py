@@ -61,14 +61,30 @@ def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.nda
     exp_w = sent.astype(np.float64)
     lost_w = lost.astype(np.float64).copy()
     hit = np.zeros(len(sent), dtype=bool)
+    done = np.zeros(g.count, dtype=bool)
     for _ in range(max_groups):
         exp = np.bincount(g.codes, weights=exp_w[member], minlength=g.count) * rate
         tot = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
-        p = np.where(tot >= min_lost, sps.poisson.sf(tot - 1, np.maximum(exp, 1e-12)), 1.0)
-        best = int(np.argmin(p))
-        if p[best] >= alpha:
+        mu = np.maximum(exp, 1e-12)
+        logp = np.where(tot >= min_lost, sps.poisson.logsf(tot - 1, mu), 0.0)
+        significant = logp < np.log(alpha)
+        if not significant.any():
             break
+        # Most significant first, ranked by the likelihood ratio (strong groups'
+        # p-values underflow and would tie, and a superset must not win a tie).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            llr = np.where(tot > 0, tot * np.log(tot / mu) - (tot - mu), 0.0)
+        best = int(np.argmax(np.where(significant & ~done, llr, -np.inf)))
+        if not significant[best] or done[best]:
+            break
+        done[best] = True
         rows = member[g.codes == best]
+        rows = rows[lost_w[rows] > 0]
+        # Only members whose own losses fit the group's loss rate share its
+        # blame: one lost probe beside a pair that lost everything is not.
+        g_rate = min(1.0, float(lost_w[rows].sum()) / max(float(exp_w[rows].sum()), 1.0))
+        fits = sps.binom.cdf(lost_w[rows], exp_w[rows], g_rate) >= 0.01
+        rows = rows[fits]
         hit[rows] = True
         lost_w[rows] = 0.0  # explained: no longer evidence against other groups
         exp_w[rows] = 0.0

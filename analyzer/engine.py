@@ -18,6 +18,7 @@ import numpy as np
 
 from analyzer.detect import STATS, Detector, DriftReport, Groups, Observation
 from analyzer.localize import Finding, Pair, localize, worst_symptom
+from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from netskel import metrics
 from netskel.arrays import unique
@@ -77,7 +78,11 @@ class Analyzer:
         self._open_drift: dict[tuple[str, str], str] = {}
         self._streak_drift: dict[tuple[str, str], tuple[int, float]] = {}
         self.detector = Detector(cfg)
-        self._cand_cache: dict[Pair, dict[str, float]] = {}
+        self._cand_cache: dict[tuple[Pair, str], dict[str, float]] = {}
+        self._routes: dict[Pair, str] = {}  # latest traced route, oriented pair[0] -> pair[1]
+        self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
+        self._silent: set[str] = set()
+        self.overlay = OverlayTables(topo)
         self._pair_groups: dict[Pair, list[int]] = {}
         self._group_ids: dict[tuple[str, str, str], int] = {}
         self.dead: set[str] = set()
@@ -128,22 +133,50 @@ class Analyzer:
         return self.tick(float("inf"))
 
     def _candidates(self, pair: Pair) -> dict[str, float]:
-        """Links the pair may cross (cached: the topology is fixed)."""
-        got = self._cand_cache.get(pair)
+        """Links the pair may cross: its traced route when one was reported,
+        else every shortest path (cached: the topology is fixed)."""
+        route = self._routes.get(pair, "")
+        got = self._cand_cache.get((pair, route))
         if got is None:
             a, b = pair
             if a not in self.topo.endpoints or b not in self.topo.endpoints:
                 got = {}
             else:
-                got = self.paths.weighted_links(self.topo.endpoints[a].nic,
-                                                self.topo.endpoints[b].nic)
-            self._cand_cache[pair] = got
+                na, nb = self.topo.endpoints[a].nic, self.topo.endpoints[b].nic
+                hops = route.split(">") if route else []
+                if hops and all(h in self.topo.switches for h in hops):
+                    got = self.paths.route_links(na, nb, hops)
+                else:
+                    got = self.paths.weighted_links(na, nb)
+            self._cand_cache[(pair, route)] = got
         return got
+
+    def _localize(self, anomalous: dict[Pair, str], healthy: set[Pair]) -> list[Finding]:
+        return localize(anomalous, healthy, self.dead | self._silent, self._candidates,
+                        lambda p: self.overlay.round_trip(*p), self._switches_of)
+
+    def _switches_of(self, link: str) -> tuple[str, ...]:
+        return tuple(x for x in self.topo.links.get(link, ()) if x in self.topo.switches)
+
+    def _note_probers(self, start: float, windows: Sequence[WindowStats]) -> None:
+        """An endpoint that probed in recent windows and now sends nothing has
+        a dead agent (it neither probes nor answers): offline this is the only
+        sign; live it backs the heartbeat."""
+        probing = {w.src for w in windows}
+        for src in probing:
+            self._last_probe[src] = start
+        horizon = start - self.cfg.history_seconds
+        self._silent = {e for e, t in self._last_probe.items() if horizon <= t < start}
+        for w in windows:
+            if w.route:
+                self._routes[pair_key(w.src, w.dst)] = w.route if w.src <= w.dst else \
+                    ">".join(reversed(w.route.split(">")))
 
     def process(self, start: float, end: float, windows: Sequence[WindowStats]) -> list[Incident]:
         metrics.WINDOWS_ANALYZED.inc(len(windows))
         if not windows:
             return []
+        self._note_probers(start, windows)
         rows = self.detector.rows_for([(w.src, w.dst, w.size) for w in windows])
         self._index_rows()
         stats = np.array(list(map(_STATS_OF, windows)), dtype=np.float64)
@@ -176,7 +209,7 @@ class Analyzer:
         changed = []
         if anomalous or self._open:
             healthy = {self._pairs[i] for i in np.setdiff1d(seen_ids, bad_pairs, assume_unique=True).tolist()}
-            findings = localize(anomalous, healthy, self.dead, self._candidates)
+            findings = self._localize(anomalous, healthy)
             strong = {self._pairs[int(i)] for i in unique(pid[obs.sustained])}
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
@@ -237,7 +270,7 @@ class Analyzer:
                 "ks_p_value": float(f"{d.pvalue[k]:.3g}"),
                 "median_shift": round(float(d.shift[k]), 4)} for k in by_pair[p]}
         healthy = {p for p in by_pair if p not in anomalous}
-        findings = localize(anomalous, healthy, self.dead, self._candidates)
+        findings = self._localize(anomalous, healthy)
         for f in findings:
             f.evidence["test"] = ("KS against a log-normal fitted to the pair's reference "
                                   f"period; Benjamini-Hochberg at FDR {self.cfg.drift_fdr}")

@@ -1,10 +1,22 @@
-"""Which component explains a window's anomalous pairs (first cut).
+"""Which components explain a window's anomalous pairs: pure logic.
 
-Agent first: a pair whose prober or responder agent is gone is an agent
-problem, not a network one. The rest vote over underlay links: each
-anomalous pair accuses the links it may cross (an ECMP stage's alternatives
-share the vote), healthy single-path pairs clear theirs, and a greedy cover
-names links until every pair is explained."""
+In order, each step taking the pairs the previous ones left unexplained:
+
+1. Agent. A pair whose prober or responder agent is gone (no heartbeat live;
+   no probes of its own offline) is an agent problem, not a network one.
+2. Overlay. Follow the virtual switches' rules both ways; a pair whose
+   forwarding breaks (blackhole, loop) is explained by that rule. These
+   findings are certain: the tables say so.
+3. Underlay. Anomalous pairs accuse the links they may cross (traced routes
+   when known, ECMP alternatives sharing the vote when not); healthy pairs
+   clear links all their paths cross. A link stays a suspect only while it is
+   accused more than cleared. A greedy cover names links until the pairs are
+   explained — the smallest set it can find, whatever the other layers found.
+   Links of one switch named together become that switch.
+4. NIC. A pair neither layer explains, on a path where a NIC's offloaded rule
+   disagrees with its switch's, blames that NIC.
+5. What is left is reported as unknown, never forced onto a link.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +25,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from analyzer.overlay import Trace
 from netskel.model import Component
 
 Pair = tuple[str, str]
 # pair -> {link id: weight}; weight 1 for a link every path crosses.
 Candidates = Callable[[Pair], Mapping[str, float]]
+OverlayTrace = Callable[[Pair], Trace]
+SwitchesOf = Callable[[str], tuple[str, ...]]  # link id -> the switches at its ends
 
 
 @dataclass
@@ -30,8 +45,13 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
+def _no_overlay(_pair: Pair) -> Trace:
+    return Trace("unknown")
+
+
 def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: set[str],
-             candidates: Candidates) -> list[Finding]:
+             candidates: Candidates, overlay: OverlayTrace = _no_overlay,
+             switches_of: SwitchesOf | None = None) -> list[Finding]:
     findings: list[Finding] = []
     by_agent: dict[str, list[Pair]] = defaultdict(list)
     network: dict[Pair, str] = {}
@@ -45,9 +65,56 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
         findings.append(Finding(component=Component("agent", ep), layer="agent",
                                 symptom=worst_symptom(anomalous[p] for p in pairs), pairs=sorted(pairs),
                                 confidence=0.9,
-                                evidence={"reason": "the agent stopped heartbeating; its pairs "
-                                                    "fail because nobody probes or answers"}))
+                                evidence={"reason": "the agent stopped (no heartbeat, or no probes "
+                                                    "of its own): its pairs fail because nobody "
+                                                    "probes or answers, not the network"}))
+    traces = {p: overlay(p) for p in network}
+    findings += _overlay_findings(network, traces)
+    rest = {p: s for p, s in network.items() if traces[p].kind not in ("blackhole", "loop")}
+    links, unexplained = _underlay_findings(rest, healthy, candidates)
+    findings += _merge_switches(links, switches_of) if switches_of else links
+    nic_pairs: dict[str, list[Pair]] = defaultdict(list)
+    for p in sorted(unexplained):
+        t = traces[p]
+        if t.kind == "nic" and t.nic:
+            nic_pairs[t.nic].append(p)
+    for nic, pairs in sorted(nic_pairs.items()):
+        t = traces[pairs[0]]
+        findings.append(Finding(component=Component("nic", nic), layer="nic",
+                                symptom=worst_symptom(rest[p] for p in pairs), pairs=pairs,
+                                confidence=0.8,
+                                evidence={"reason": "the NIC's offloaded rule for this flow differs "
+                                                    "from its virtual switch's; no link explains it",
+                                          "rule": t.rule, **t.detail}))
+        unexplained -= set(pairs)
+    if unexplained:
+        pairs = sorted(unexplained)
+        findings.append(Finding(component=Component("endpoint", pairs[0][1]), layer="unknown",
+                                symptom=worst_symptom(rest[p] for p in pairs), pairs=pairs,
+                                confidence=0.2,
+                                evidence={"reason": "no overlay break, no link accused more than "
+                                                    "healthy pairs clear it, no NIC disagreement"}))
+    return findings
 
+
+def _overlay_findings(network: Mapping[Pair, str], traces: Mapping[Pair, Trace]) -> list[Finding]:
+    by_rule: dict[tuple[str, str], list[Pair]] = defaultdict(list)
+    for p, t in traces.items():
+        if t.kind in ("blackhole", "loop") and t.rule:
+            by_rule[(t.kind, t.rule)].append(p)
+    out = []
+    for (kind, rule), pairs in sorted(by_rule.items()):
+        t = traces[pairs[0]]
+        out.append(Finding(component=Component("vswitch_rule", rule), layer="overlay",
+                           symptom=worst_symptom(network[p] for p in pairs), pairs=sorted(pairs),
+                           confidence=0.95,
+                           evidence={"reason": f"overlay {kind}", "broken_at": rule,
+                                     "hops": list(t.hops), **t.detail}))
+    return out
+
+
+def _underlay_findings(rest: Mapping[Pair, str], healthy: set[Pair], candidates: Candidates
+                       ) -> tuple[list[Finding], set[Pair]]:
     # A healthy pair speaks for the links all its paths cross; a link stays a
     # suspect only while more anomalous pairs accuse it than healthy ones clear it
     # (a fault seen on 5 of its 7 pairs in a window is still that link's).
@@ -56,12 +123,9 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
         for link, w in candidates(pair).items():
             if w >= 1.0:
                 clears[link] += 1
-    cand = {p: dict(candidates(p)) for p in network}
-    unexplained = {p for p in network if cand[p]}
-    for p in sorted(set(network) - unexplained):
-        findings.append(Finding(component=Component("endpoint", p[1]), layer="unknown",
-                                symptom=network[p], pairs=[p], confidence=0.2,
-                                evidence={"reason": "no underlay path known for this pair"}))
+    cand = {p: dict(candidates(p)) for p in rest}
+    unexplained = {p for p in rest if cand[p]}
+    findings: list[Finding] = []
     while unexplained:
         accused: dict[str, float] = defaultdict(float)
         for p in unexplained:
@@ -69,26 +133,47 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
                 accused[link] += w
         score = {k: v for k, v in accused.items() if v > clears.get(k, 0)}
         if not score:
-            pairs = sorted(unexplained)
-            findings.append(Finding(component=Component("endpoint", pairs[0][1]), layer="unknown",
-                                    symptom=worst_symptom(network[p] for p in pairs), pairs=pairs,
-                                    confidence=0.2,
-                                    evidence={"reason": "every candidate link is cleared by "
-                                                        "healthy pairs"}))
             break
-        ranked = sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))
+        # Net of clearances first: of two links the same pairs accuse, the one
+        # healthy pairs also cross is the less likely.
+        ranked = sorted(score.items(), key=lambda kv: (-(kv[1] - clears.get(kv[0], 0)), -kv[1], kv[0]))
         best, best_score = ranked[0]
         explained = sorted(p for p in unexplained if best in cand[p])
         confidence = best_score / (len(explained) + clears.get(best, 0))
         findings.append(Finding(
             component=Component("link", best), layer="underlay",
-            symptom=worst_symptom(network[p] for p in explained), pairs=explained,
+            symptom=worst_symptom(rest[p] for p in explained), pairs=explained,
             confidence=round(min(1.0, confidence), 3),
             evidence={"votes": {k: round(v, 3) for k, v in ranked[:5]},
                       "healthy_pairs_on_link": clears.get(best, 0),
                       "anomalous_pairs": len(explained)}))
         unexplained -= set(explained)
-    return findings
+    return findings, unexplained | {p for p in rest if not cand[p]}
+
+
+def _merge_switches(links: list[Finding], switches_of: SwitchesOf) -> list[Finding]:
+    """Two or more named links meeting at one switch: the switch failed."""
+    at: dict[str, list[int]] = defaultdict(list)
+    for i, f in enumerate(links):
+        for sw in switches_of(f.component.id):
+            at[sw].append(i)
+    used: set[int] = set()
+    out: list[Finding] = []
+    for sw, idx in sorted(at.items(), key=lambda kv: -len(kv[1])):
+        idx = [i for i in idx if i not in used]
+        if len(idx) < 2:
+            continue
+        used.update(idx)
+        pairs = sorted({p for i in idx for p in links[i].pairs})
+        out.append(Finding(component=Component("switch", sw), layer="underlay",
+                           symptom=worst_symptom(links[i].symptom for i in idx), pairs=pairs,
+                           confidence=round(min(links[i].confidence for i in idx), 3),
+                           evidence={"reason": "its links failed together",
+                                     "links": sorted(links[i].component.id for i in idx),
+                                     "votes": {links[i].component.id: links[i].evidence["votes"]
+                                               for i in idx}}))
+    out += [f for i, f in enumerate(links) if i not in used]
+    return out
 
 
 def worst_symptom(symptoms: Iterable[str]) -> str:

@@ -61,6 +61,10 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
         stats["rtt_max"] = rt[safe_starts + safe_counts - 1]
         for name, q in zip(("rtt_p25", "rtt_median", "rtt_p75"), QUANTILES, strict=True):
             stats[name] = group_quantiles(rt, safe_starts, safe_counts, q)
+    routes = np.full(g, "", dtype=object)
+    if rec.route is not None:  # a window's traced route: its probes' (the last one seen)
+        traced = np.array([isinstance(r, str) and r != "" for r in rec.route], dtype=bool)
+        routes[group[traced]] = rec.route[traced]
     out = []
     for i in range(g):
         w, s, d, size, pc = (int(x) for x in uniq[i])
@@ -68,5 +72,5 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
         out.append(WindowStats(src=str(src_names[s]), dst=str(dst_names[d]),
                                window_start=w * window_s, window_end=(w + 1) * window_s,
                                size=size, sent=int(sent[i]), lost=int(sent[i] - received[i]),
-                               proto=str(proto_names[pc]), **kw))
+                               proto=str(proto_names[pc]), route=str(routes[i]), **kw))
     return out

@@ -31,6 +31,7 @@ class WindowStats:
     rtt_std: float = math.nan
     rtt_max: float = math.nan
     proto: str = "udp"
+    route: str = ""  # traced forward route (switch ids joined by ">"), "" when unknown
 
     def problem(self) -> str | None:
         """Why this window cannot be trusted, or None. Bad windows are dropped

@@ -12,16 +12,27 @@ pairs whose endpoints sit on the given hosts, from `start` for `duration`:
 - loss: each probe lost with probability `magnitude`
 - large_drop: probes above 1 KB lost
 - drift: RTT grows linearly to (1 + `magnitude`) over `duration`, then stays
+- link / switch faults: any of the above on the pairs whose traced route
+  crosses `link` or `switch` (routes: one ECMP path per pair, by hash, also
+  written to the `route` column)
+- blackhole / loop / nic_offload: overlay faults (see `break_overlay`); the
+  pairs whose round trip uses the broken rule lose every probe
+- agent_crash: `endpoint`'s agent neither probes nor answers
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-FAULT_KINDS = ("spike", "congestion", "step", "loss", "large_drop", "drift")
+FAULT_KINDS = ("spike", "congestion", "step", "loss", "large_drop", "drift", "blackhole", "loop",
+               "nic_offload", "agent_crash")
+OVERLAY_KINDS = ("blackhole", "loop", "nic_offload")
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,13 @@ class ProbeFault:
     duration: float = float("inf")
     magnitude: float = 0.0
     hosts: tuple[str, ...] = ()  # pairs touching these hosts' NICs are affected
+    link: str = ""               # ... or pairs whose route crosses this link
+    switch: str = ""             # ... or this switch
+    rule_host: str = ""          # overlay faults: the host whose rule breaks
+    rule_dst: str = ""           # ... for this overlay destination ip
+    loop_host: str = ""          # loop: the host the broken rule tunnels back to
+    nic: str = ""                # nic_offload: the NIC whose offloaded rule is wrong
+    endpoint: str = ""           # agent_crash
 
 
 @dataclass(frozen=True)
@@ -49,38 +67,162 @@ class ProbeTruth:
     affected: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # fault index -> pairs
 
 
-def simulate_probes(topo_doc: dict[str, object], duration_s: float, faults: list[ProbeFault],
+def with_overlay(doc: dict[str, Any]) -> dict[str, Any]:
+    """The topology with a healthy overlay: on every host, per endpoint of the
+    cluster, deliver if local else tunnel to its NIC; every NIC offloads all
+    of its host's rules."""
+    out = copy.deepcopy(doc)
+    nic_host = {n["id"]: h["id"] for h in out["hosts"] for n in h["nics"]}
+    eps = [e for c in out["containers"] for e in c["endpoints"]]
+    vs = {}
+    for h in out["hosts"]:
+        rules = [{"vni": e["vni"], "dst": e["ip"], "action": "deliver", "to": e["id"]}
+                 if nic_host[e["nic"]] == h["id"] else
+                 {"vni": e["vni"], "dst": e["ip"], "action": "tunnel", "to": e["nic"]} for e in eps]
+        vs[h["id"]] = {"rules": rules,
+                       "offloaded": {n["id"]: copy.deepcopy(rules) for n in h["nics"]}}
+    out["vswitch"] = vs
+    return out
+
+
+def break_overlay(doc: dict[str, Any], faults: list[ProbeFault]) -> dict[str, Any]:
+    """The snapshot as it reads during the faults: a blackhole deletes
+    rule_host's rule for rule_dst (from the switch and its NICs); a loop points
+    it at loop_host, whose rule points back; nic_offload corrupts one NIC's
+    offloaded copy (tunnels to the wrong NIC)."""
+    out = copy.deepcopy(doc)
+    nic_host = {n["id"]: h["id"] for h in out["hosts"] for n in h["nics"]}
+    first_nic = {h["id"]: h["nics"][0]["id"] for h in out["hosts"]}
+    for f in faults:
+        if f.kind not in OVERLAY_KINDS:
+            continue
+        vs = out["vswitch"]
+        if f.kind == "blackhole":
+            host = vs[f.rule_host]
+            host["rules"] = [r for r in host["rules"] if r["dst"] != f.rule_dst]
+            for nic in host["offloaded"]:
+                host["offloaded"][nic] = [r for r in host["offloaded"][nic] if r["dst"] != f.rule_dst]
+        elif f.kind == "loop":
+            for a, b in ((f.rule_host, f.loop_host), (f.loop_host, f.rule_host)):
+                for table in (vs[a]["rules"], *vs[a]["offloaded"].values()):
+                    for r in table:
+                        if r["dst"] == f.rule_dst:
+                            r.update(action="tunnel", to=first_nic[b])
+        else:
+            host = vs[nic_host[f.nic]]
+            wrong = next(n for n in first_nic.values() if nic_host[n] != nic_host[f.nic])
+            for r in host["offloaded"][f.nic]:
+                if r["dst"] == f.rule_dst:
+                    r.update(action="tunnel", to=wrong if r["to"] != wrong else f.nic)
+    return out
+
+
+def _routes(doc: dict[str, Any], pairs: list[tuple[str, str, str, str]],
+            nic_of: dict[str, str]) -> list[list[str]]:
+    """One shortest switch path per pair, ECMP choices by a stable hash."""
+    nb: dict[str, set[str]] = {}
+    for link in doc["links"]:
+        nb.setdefault(link["a"], set()).add(link["b"])
+        nb.setdefault(link["b"], set()).add(link["a"])
+    switches = {sw["id"] for sw in doc["switches"]}
+    dist_cache: dict[str, dict[str, int]] = {}
+
+    def dist(target: str) -> dict[str, int]:
+        if target not in dist_cache:
+            d, todo = {target: 0}, [target]
+            while todo:
+                nxt = []
+                for u in todo:
+                    if u != target and u not in switches:
+                        continue
+                    for v in nb.get(u, ()):
+                        if v not in d:
+                            d[v] = d[u] + 1
+                            nxt.append(v)
+                todo = nxt
+            dist_cache[target] = d
+        return dist_cache[target]
+    out = []
+    for a, b, _ha, _hb in pairs:
+        na, nb_ = nic_of[a], nic_of[b]
+        d = dist(nb_)
+        path, u = [], na
+        while True:
+            steps = sorted(v for v in nb.get(u, ()) if d.get(v, -9) == d[u] - 1
+                           and (v in switches or v == nb_))
+            if not steps or steps[0] == nb_ or nb_ in steps:
+                break
+            pick = int(hashlib.blake2b(f"{a}|{b}|{u}".encode(), digest_size=4).hexdigest(), 16)
+            u = steps[pick % len(steps)]
+            path.append(u)
+        out.append(path)
+    return out
+
+
+def _hits(f: ProbeFault, a: str, b: str, ha: str, hb: str, route: list[str],
+          links: set[str], ep: dict[str, dict[str, Any]], nic_host: dict[str, str]) -> bool:
+    """Does fault f touch the probe round trip between endpoints a and b?"""
+    if f.kind == "agent_crash":
+        return f.endpoint in (a, b)
+    if f.kind == "blackhole":
+        return bool((ha == f.rule_host and ep[b]["ip"] == f.rule_dst)
+                    or (hb == f.rule_host and ep[a]["ip"] == f.rule_dst))
+    if f.kind == "loop":
+        return bool((ep[b]["ip"] == f.rule_dst and ha in (f.rule_host, f.loop_host))
+                    or (ep[a]["ip"] == f.rule_dst and hb in (f.rule_host, f.loop_host)))
+    if f.kind == "nic_offload":
+        return bool((ep[a]["nic"] == f.nic and ep[b]["ip"] == f.rule_dst)
+                    or (ep[b]["nic"] == f.nic and ep[a]["ip"] == f.rule_dst))
+    if f.link:
+        return f.link in links
+    if f.switch:
+        return f.switch in route
+    return (ha in f.hosts or hb in f.hosts) if f.hosts else True
+
+
+def simulate_probes(topo_doc: dict[str, Any], duration_s: float, faults: list[ProbeFault],
                     noise: ProbeNoise | None = None, seed: int = 0,
                     t0: float = 1_733_988_600.0) -> tuple[pa.Table, ProbeTruth]:
     """Probe records for every same-rail cross-host endpoint pair of the topology."""
     nz = noise or ProbeNoise()
     rng = np.random.default_rng(seed)
-    nic_host: dict[str, tuple[str, int]] = {}
-    for h in topo_doc["hosts"]:  # type: ignore[attr-defined]
+    nic_host: dict[str, str] = {}
+    nic_rail: dict[str, int] = {}
+    for h in topo_doc["hosts"]:
         for n in h["nics"]:
-            nic_host[n["id"]] = (h["id"], n["rail"])
-    eps = [(e["id"], *nic_host[e["nic"]]) for c in topo_doc["containers"]  # type: ignore[attr-defined]
-           for e in c["endpoints"]]
+            nic_host[n["id"]], nic_rail[n["id"]] = h["id"], n["rail"]
+    ep = {e["id"]: e for c in topo_doc["containers"] for e in c["endpoints"]}
+    eps = [(e["id"], nic_host[e["nic"]], nic_rail[e["nic"]]) for e in ep.values()]
     pairs = [(a[0], b[0], a[1], b[1]) for i, a in enumerate(eps) for b in eps[i + 1:]
              if a[2] == b[2] and a[1] != b[1]]
+    nic_of = {e: ep[e]["nic"] for e in ep}
+    routes = _routes(topo_doc, pairs, nic_of)
     truth = ProbeTruth(pairs=[(p[0], p[1]) for p in pairs])
+    route_links = []
+    for (a, b, _ha, _hb), r in zip(pairs, routes, strict=True):
+        hops = [nic_of[a], *r, nic_of[b]]
+        route_links.append({"~".join(sorted((u, v))) for u, v in zip(hops, hops[1:], strict=False)})
+    hits = []
     for k, f in enumerate(faults):
         if f.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind '{f.kind}'")
-        truth.affected[k] = [(p[0], p[1]) for p in pairs if p[2] in f.hosts or p[3] in f.hosts]
+        hit = [_hits(f, a, b, ha, hb, r, lk, ep, nic_host)
+               for (a, b, ha, hb), r, lk in zip(pairs, routes, route_links, strict=True)]
+        hits.append(hit)
+        truth.affected[k] = [(p[0], p[1]) for p, h in zip(pairs, hit, strict=True) if h]
     n_per = int(duration_s * nz.rate_hz)
     base_t = np.arange(n_per) / nz.rate_hz
     sizes = np.resize(np.asarray(nz.sizes, dtype=np.int64), n_per)
-    cols: dict[str, list[np.ndarray]] = {"ts": [], "rtt": [], "size": [], "pair": []}
-    for pi, (_a, _b, ha, hb) in enumerate(pairs):
+    cols: dict[str, list[np.ndarray]] = {"ts": [], "rtt": [], "size": [], "pair": [], "keep": []}
+    for pi in range(len(pairs)):
         t = base_t + rng.uniform(0, 1.0 / nz.rate_hz) + rng.normal(0, 0.01 / nz.rate_hz, n_per)
         rtt = rng.uniform(70, 130) * rng.lognormal(0, nz.rtt_sigma, n_per) + sizes * 0.004
         tail = rng.random(n_per) < nz.tail
         rtt[tail] += rng.exponential(200, int(tail.sum()))
         lost = rng.random(n_per) < nz.healthy_loss
-        for f in faults:
-            hit = (ha in f.hosts or hb in f.hosts) if f.hosts else True
-            if not hit:
+        keep = np.ones(n_per, dtype=bool)
+        for f, hit in zip(faults, hits, strict=True):
+            if f.kind != "spike" and not hit[pi]:
                 continue
             on = (t >= f.start) & (t < f.start + f.duration)
             if f.kind == "spike":
@@ -97,23 +239,33 @@ def simulate_probes(topo_doc: dict[str, object], duration_s: float, faults: list
             elif f.kind == "drift":
                 frac = np.clip((t - f.start) / f.duration, 0.0, 1.0)
                 rtt *= 1.0 + f.magnitude * np.where(t >= f.start, frac, 0.0)
+            elif f.kind == "agent_crash":  # the crashed end neither probes nor answers
+                if pairs[pi][0] == f.endpoint:
+                    keep &= ~on
+                lost |= on
+            else:  # overlay faults: nothing gets through
+                lost |= on
         rtt[lost] = np.nan
         cols["ts"].append(t0 + t)
         cols["rtt"].append(rtt)
         cols["size"].append(sizes)
         cols["pair"].append(np.full(n_per, pi, dtype=np.int64))
-    pair = np.concatenate(cols["pair"])
-    ts = np.concatenate(cols["ts"])
+        cols["keep"].append(keep)
+    keep_all = np.concatenate(cols["keep"])
+    pair = np.concatenate(cols["pair"])[keep_all]
+    ts = np.concatenate(cols["ts"])[keep_all]
     order = np.argsort(ts, kind="stable")
     names_a = np.array([p[0] for p in pairs], dtype=object)
     names_b = np.array([p[1] for p in pairs], dtype=object)
-    rtt_all = np.concatenate(cols["rtt"])[order]
+    route_str = np.array([">".join(r) for r in routes], dtype=object)
+    rtt_all = np.concatenate(cols["rtt"])[keep_all][order]
     table = pa.table({
         "ts": pa.array(ts[order], pa.float64()),
         "src": pa.array(names_a[pair[order]].tolist(), pa.string()),
         "dst": pa.array(names_b[pair[order]].tolist(), pa.string()),
-        "size": pa.array(np.concatenate(cols["size"])[order].astype(np.int32), pa.int32()),
+        "size": pa.array(np.concatenate(cols["size"])[keep_all][order].astype(np.int32), pa.int32()),
         "rtt_us": pa.array(rtt_all, pa.float64(), mask=np.isnan(rtt_all)),
         "proto": pa.array(["udp"] * len(ts), pa.string()),
+        "route": pa.array(route_str[pair[order]].tolist(), pa.string()),
     })
     return table, truth

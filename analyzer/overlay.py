@@ -1,0 +1,107 @@
+"""Overlay forwarding, followed hop by hop through the virtual switches'
+rules (contract section 1 `vswitch`, or the agents' live dumps).
+
+A probe is a round trip, so both directions are traced. A missing (or drop)
+rule is a blackhole at that hop, named HOST:VNI:DST; reaching a host twice is
+a loop. Where the switch forwards fine, each NIC on the way is checked: its
+offloaded copy of the rule for this flow must equal the switch's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from netskel.topology import Rule, Topology
+
+
+def rule_id(host: str, vni: int, dst: str) -> str:
+    return f"{host}:{vni}:{dst}"
+
+
+@dataclass(frozen=True)
+class Trace:
+    kind: str                     # ok | blackhole | loop | nic | unknown
+    rule: str | None = None       # the rule where forwarding broke (HOST:VNI:DST)
+    nic: str | None = None        # the NIC whose offloaded rule disagrees
+    hops: tuple[str, ...] = ()    # rule ids followed
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def _rule_doc(r: Rule | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {"vni": r.vni, "dst": r.dst, "action": r.action, "to": r.to}
+
+
+class OverlayTables:
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.rules: dict[tuple[str, int, str], Rule] = {}
+        self.offloaded: dict[tuple[str, int, str], Rule] = {}
+        self.offloading: set[str] = set()  # NICs that report an offloaded table
+        for host, vs in topo.vswitch.items():
+            for r in vs.rules:
+                self.rules[(host, r.vni, r.dst)] = r
+            for nic, rules in vs.offloaded.items():
+                self.offloading.add(nic)
+                for r in rules:
+                    self.offloaded[(nic, r.vni, r.dst)] = r
+        self._cache: dict[tuple[str, str], Trace] = {}
+
+    @property
+    def known(self) -> bool:
+        return bool(self.rules)
+
+    def trace(self, src: str, dst: str) -> Trace:
+        """One direction, endpoint to endpoint (cached: tables are a snapshot)."""
+        got = self._cache.get((src, dst))
+        if got is None:
+            got = self._cache[(src, dst)] = self._trace(src, dst)
+        return got
+
+    def _trace(self, src: str, dst: str) -> Trace:
+        topo = self.topo
+        if not self.known:
+            return Trace("unknown")
+        s, d = topo.endpoints[src], topo.endpoints[dst]
+        if d.ip is None or d.vni is None:
+            return Trace("unknown")
+        host, nic = topo.nics[s.nic].host, s.nic
+        seen: list[str] = []
+        hops: list[str] = []
+        while True:
+            rid = rule_id(host, d.vni, d.ip)
+            if host in seen:  # named by the cycle's smallest rule: one incident per loop
+                cycle = hops[seen.index(host):]
+                return Trace("loop", rule=min(cycle), hops=tuple(hops),
+                             detail={"hosts": [*seen, host], "cycle": cycle})
+            seen.append(host)
+            hops.append(rid)
+            r = self.rules.get((host, d.vni, d.ip))
+            if r is None or r.action == "drop":
+                return Trace("blackhole", rule=rid, hops=tuple(hops),
+                             detail={"host": host, "reason": "no rule" if r is None else "drop rule"})
+            off = self.offloaded.get((nic, d.vni, d.ip))
+            if nic in self.offloading and off != r:
+                return Trace("nic", rule=rid, nic=nic, hops=tuple(hops),
+                             detail={"switch_rule": _rule_doc(r), "offloaded_rule": _rule_doc(off)})
+            if r.action == "deliver":
+                if r.to != dst:
+                    return Trace("blackhole", rule=rid, hops=tuple(hops),
+                                 detail={"host": host, "reason": f"delivers to {r.to}"})
+                return Trace("ok", hops=tuple(hops))
+            if r.to not in topo.nics:
+                return Trace("blackhole", rule=rid, hops=tuple(hops),
+                             detail={"host": host, "reason": f"tunnels to unknown NIC {r.to}"})
+            nic = str(r.to)
+            host = topo.nics[nic].host
+
+    def round_trip(self, a: str, b: str) -> Trace:
+        """The first break on the way there or back."""
+        there = self.trace(a, b)
+        if there.kind != "ok":
+            return there
+        back = self.trace(b, a)
+        if back.kind != "ok":
+            return back
+        return Trace("ok", hops=there.hops + back.hops)

@@ -1,0 +1,83 @@
+"""Localization on simulated recordings (contract files through `netskel
+analyze`'s path): each fault named as the exact component and layer."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from analyzer.offline import analyze_files
+from netskel.probesim import ProbeFault, ProbeNoise, break_overlay, simulate_probes, with_overlay
+from testbed.layout import Layout, layout_doc
+
+LAY = Layout(hosts=8, rails=1, hosts_per_tor=2, spines=2)
+T0 = 1_733_988_600.0
+START = 300.0
+
+
+def link(a: str, b: str) -> str:
+    return "~".join(sorted((a, b)))
+
+
+def rule(h: int, dst_host: int) -> str:
+    return f"{LAY.host(h)}:{LAY.vni}:{LAY.overlay_ip(dst_host, 0)}"
+
+
+def run(tmp_path, faults, seconds=600.0):
+    healthy = with_overlay(layout_doc(LAY))
+    table, truth = simulate_probes(healthy, seconds, faults, ProbeNoise(), seed=3, t0=T0)
+    (tmp_path / "t.json").write_text(json.dumps(break_overlay(healthy, faults)))
+    pq.write_table(table, tmp_path / "p.parquet")
+    return analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"], truth
+
+
+def named(incidents):
+    return sorted((i["component"]["type"], i["component"]["id"], i["layer"]) for i in incidents)
+
+
+SPINE_LINK = link(LAY.tor(0, 0), LAY.spine(0))
+CASES = {
+    "link-loss": ([ProbeFault("loss", START, magnitude=0.05, link=SPINE_LINK)],
+                  [("link", SPINE_LINK, "underlay")]),
+    "link-latency": ([ProbeFault("step", START, magnitude=100, link=link(LAY.tor(0, 1), LAY.spine(1)))],
+                     [("link", link(LAY.tor(0, 1), LAY.spine(1)), "underlay")]),
+    "failed-switch": ([ProbeFault("loss", START, magnitude=1.0, switch=LAY.spine(1))],
+                      [("switch", LAY.spine(1), "underlay")]),
+    "large-packet-drop": ([ProbeFault("large_drop", START, link=link(LAY.tor(0, 2), LAY.spine(0)))],
+                          [("link", link(LAY.tor(0, 2), LAY.spine(0)), "underlay")]),
+    "nic-offload": ([ProbeFault("nic_offload", START - 300, nic=LAY.nic(0, 0),
+                                rule_dst=LAY.overlay_ip(6, 0))],
+                    [("nic", LAY.nic(0, 0), "nic")]),
+    "overlay-blackhole": ([ProbeFault("blackhole", START - 300, rule_host=LAY.host(0),
+                                      rule_dst=LAY.overlay_ip(3, 0))],
+                          [("vswitch_rule", rule(0, 3), "overlay")]),
+    "overlay-loop": ([ProbeFault("loop", START - 300, rule_host=LAY.host(0), loop_host=LAY.host(1),
+                                 rule_dst=LAY.overlay_ip(5, 0))],
+                     [("vswitch_rule", rule(0, 5), "overlay")]),
+    "agent-crash": ([ProbeFault("agent_crash", START, endpoint=LAY.endpoint(4, 0))],
+                    [("agent", LAY.endpoint(4, 0), "agent")]),
+    "overlay-and-underlay": ([ProbeFault("blackhole", START - 300, rule_host=LAY.host(2),
+                                         rule_dst=LAY.overlay_ip(7, 0)),
+                              ProbeFault("loss", START, magnitude=0.05,
+                                         link=link(LAY.tor(0, 3), LAY.spine(1)))],
+                             [("link", link(LAY.tor(0, 3), LAY.spine(1)), "underlay"),
+                              ("vswitch_rule", rule(2, 7), "overlay")]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fault_localized_to_component_and_layer(tmp_path, case):
+    faults, want = CASES[case]
+    incidents, truth = run(tmp_path, faults)
+    assert named(incidents) == sorted(want), [(i["component"], i["evidence"]) for i in incidents]
+    affected = {tuple(sorted(p)) for k in truth.affected for p in truth.affected[k]}
+    for inc in incidents:
+        assert {tuple(p) for p in inc["pairs"]} <= affected
+        assert inc["evidence"]
+    if case == "overlay-loop":
+        assert "loop" in incidents[0]["evidence"]["reason"]
+    if case == "nic-offload":
+        ev = incidents[0]["evidence"]
+        assert ev["offloaded_rule"] != ev["switch_rule"]
