@@ -75,6 +75,8 @@ class OverlayTables:
                 cycle = hops[seen.index(host):]
                 return Trace("loop", rule=min(cycle), hops=tuple(hops),
                              detail={"hosts": [*seen, host], "cycle": cycle})
+            if host not in self.topo.vswitch:  # no snapshot of this host: cannot say
+                return Trace("unknown", hops=tuple(hops))
             seen.append(host)
             hops.append(rid)
             r = self.rules.get((host, d.vni, d.ip))

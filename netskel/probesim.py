@@ -67,15 +67,17 @@ class ProbeTruth:
     affected: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # fault index -> pairs
 
 
-def with_overlay(doc: dict[str, Any]) -> dict[str, Any]:
-    """The topology with a healthy overlay: on every host, per endpoint of the
-    cluster, deliver if local else tunnel to its NIC; every NIC offloads all
-    of its host's rules."""
+def with_overlay(doc: dict[str, Any], hosts: set[str] | None = None) -> dict[str, Any]:
+    """The topology with a healthy overlay: on every host (or those given),
+    per endpoint of the cluster, deliver if local else tunnel to its NIC;
+    every NIC offloads all of its host's rules."""
     out = copy.deepcopy(doc)
     nic_host = {n["id"]: h["id"] for h in out["hosts"] for n in h["nics"]}
     eps = [e for c in out["containers"] for e in c["endpoints"]]
     vs = {}
     for h in out["hosts"]:
+        if hosts is not None and h["id"] not in hosts:
+            continue
         rules = [{"vni": e["vni"], "dst": e["ip"], "action": "deliver", "to": e["id"]}
                  if nic_host[e["nic"]] == h["id"] else
                  {"vni": e["vni"], "dst": e["ip"], "action": "tunnel", "to": e["nic"]} for e in eps]
