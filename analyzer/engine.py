@@ -18,13 +18,13 @@ import numpy as np
 
 from analyzer.detect import STATS, Detector, DriftReport, Groups, Observation
 from analyzer.localize import Finding, Pair, localize, worst_symptom
-from analyzer.overlay import OverlayTables
+from analyzer.overlay import OverlayTables, rules_from_dump
 from analyzer.paths import UnderlayPaths
 from netskel import metrics
 from netskel.arrays import unique
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
-from netskel.model import AgentState, Incident, WindowStats, pair_key
+from netskel.model import AgentState, Incident, VSwitchDump, WindowStats, pair_key
 from netskel.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,13 @@ class Analyzer:
             self.dead.update(state.endpoints)
         else:  # deregistered: gone on purpose, not a fault
             self.dead.difference_update(state.endpoints)
+
+    def set_vswitch(self, dump: VSwitchDump) -> None:
+        """A live table from the host's agent replaces that host's snapshot."""
+        if dump.host not in self.topo.hosts:
+            log.warning("vswitch dump for unknown host %s ignored", dump.host)
+            return
+        self.overlay = self.overlay.with_host(dump.host, rules_from_dump(self.topo, dump))
 
     # -- processing -----------------------------------------------------------
     def tick(self, now: float) -> list[Incident]:

@@ -8,10 +8,11 @@ offloaded copy of the rule for this flow must equal the switch's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from netskel.topology import Rule, Topology
+from netskel.model import VSwitchDump
+from netskel.topology import Rule, Topology, VSwitch
 
 
 def rule_id(host: str, vni: int, dst: str) -> str:
@@ -33,7 +34,34 @@ def _rule_doc(r: Rule | None) -> dict[str, Any] | None:
     return {"vni": r.vni, "dst": r.dst, "action": r.action, "to": r.to}
 
 
+def rules_from_dump(topo: Topology, dump: VSwitchDump) -> tuple[Rule, ...]:
+    """An agent's dump in the contract's terms: a delivery names the local
+    endpoint owning the destination; a tunnel names the NIC with its outer IP,
+    or, when the tunnel device chooses, the destination endpoint's own NIC."""
+    by_ip = {(e.vni, e.ip): e for e in topo.endpoints.values() if e.ip is not None}
+    nic_by_ip = {n.ip: n.id for n in topo.nics.values() if n.ip}
+    out = []
+    for r in dump.rules:
+        ep = by_ip.get((r.vni, r.dst))
+        if r.action == "deliver":
+            here = ep is not None and topo.nics[ep.nic].host == dump.host
+            out.append(Rule(r.vni, r.dst, "deliver", ep.id if ep is not None and here else r.to or None))
+        elif r.action == "tunnel":
+            to = nic_by_ip.get(r.to) if r.to else (ep.nic if ep is not None else None)
+            out.append(Rule(r.vni, r.dst, "tunnel", to))
+        else:
+            out.append(Rule(r.vni, r.dst, "drop"))
+    return tuple(out)
+
+
 class OverlayTables:
+    def with_host(self, host: str, rules: tuple[Rule, ...]) -> OverlayTables:
+        """These tables with one host's rules replaced (its offloaded tables kept)."""
+        vswitch = dict(self.topo.vswitch)
+        old = vswitch.get(host)
+        vswitch[host] = VSwitch(rules=rules, offloaded=old.offloaded if old else {})
+        return OverlayTables(replace(self.topo, vswitch=vswitch))
+
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
         self.rules: dict[tuple[str, int, str], Rule] = {}

@@ -55,6 +55,8 @@ def _follow_feed(cfg: AnalyzerConfig, engine: Analyzer, lock: threading.Lock,
                 with lock:
                     if ev.HasField("agent"):
                         engine.set_agent(serde.agent_state_from_pb(ev.agent))
+                    elif ev.HasField("vswitch"):
+                        engine.set_vswitch(serde.vswitch_from_pb(ev.vswitch))
                     else:
                         rejected = engine.add_windows(serde.window_from_pb(w)
                                                       for w in ev.windows.windows)

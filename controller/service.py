@@ -16,7 +16,7 @@ from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.errors import NotFoundError
 from netskel.grpcserver import map_errors, map_errors_stream
-from netskel.model import AgentState
+from netskel.model import AgentState, VSwitchDump
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often a blocked stream notices its client went away
@@ -74,6 +74,9 @@ class ControllerService(pb_grpc.ControllerServicer):
                 if kind == "windows":
                     a, r = self.state.accept_windows(
                         report.container, [serde.window_from_pb(w) for w in report.windows.windows])
+                elif kind == "vswitch":
+                    a, r = self.state.accept_vswitch(report.container,
+                                                     serde.vswitch_from_pb(report.vswitch))
                 elif kind == "counters":
                     a, r = self.state.accept_counters(
                         report.container,
@@ -97,6 +100,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                     continue
                 if isinstance(event, AgentState):
                     yield pb.ReportEvent(agent=serde.agent_state_to_pb(event))
+                elif isinstance(event, VSwitchDump):
+                    yield pb.ReportEvent(vswitch=serde.vswitch_to_pb(event))
                 else:
                     yield pb.ReportEvent(windows=pb.WindowBatch(
                         windows=[serde.window_to_pb(w) for w in event]))

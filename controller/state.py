@@ -26,7 +26,7 @@ from controller.registration import Registration, validate_registration
 from controller.store import Store
 from netskel import metrics
 from netskel.errors import NotFoundError
-from netskel.model import AgentState, CounterSample, WindowStats
+from netskel.model import AgentState, CounterSample, VSwitchDump, WindowStats
 from netskel.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class ListUpdate:
     diff: ListDiff
 
 
-ReportEvent = Sequence[WindowStats] | AgentState
+ReportEvent = Sequence[WindowStats] | AgentState | VSwitchDump
 
 
 class ControllerState:
@@ -267,6 +267,22 @@ class ControllerState:
                     metrics.REPORTS_REJECTED.labels(kind="counter").inc()
             metrics.REPORTS_ACCEPTED.labels(kind="counter").inc(ok)
             return ok, len(samples) - ok
+
+    def accept_vswitch(self, container: str, dump: VSwitchDump) -> tuple[int, int]:
+        """A host's virtual-switch table, for the analyzer's overlay tracing;
+        only an agent on that host may speak for it."""
+        with self._lock:
+            reg = self.regs.get(container)
+            if reg is None:
+                raise NotFoundError(f"unknown container '{container}'")
+            if dump.host != reg.host:
+                log.warning("vswitch dump from %s names host %s, not its own %s", container,
+                            dump.host, reg.host)
+                metrics.REPORTS_REJECTED.labels(kind="vswitch").inc()
+                return 0, 1
+            self._publish(dump)
+            metrics.REPORTS_ACCEPTED.labels(kind="vswitch").inc()
+            return 1, 0
 
     def subscribe_feed(self, now: float) -> queue.Queue[ReportEvent]:
         """Reports for the analyzer, starting with every agent's state."""

@@ -41,6 +41,10 @@ class AgentConfig:
     sizes: tuple[int, ...] = (64, 256, 1024, 2048, 4096)  # payload bytes, capped by the MTU
     counter_hz: float = 10.0           # NIC byte-counter sampling rate
     window_seconds: int = 30           # overridden by the controller at registration
+    vswitch: str = ""                  # ovs-ofctl target of the host's switch; "" = no dumps
+    vswitch_tunnel_ports: tuple[int, ...] = ()  # OpenFlow ports that are tunnels
+    vswitch_vni: int = 0               # VNI of those tunnels when rules do not set one
+    vswitch_interval_s: float = 10.0   # seconds between table dumps
     metrics_port: int = 0
 
 

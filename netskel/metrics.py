@@ -16,6 +16,8 @@ REPORTS_REJECTED = Counter("netskel_reports_rejected_total", "Report items rejec
 FEED_DROPPED = Counter("netskel_feed_dropped_total", "Report events dropped for a slow analyzer")
 
 # agent
+VSWITCH_DUMP_FAILURES = Counter("netskel_agent_vswitch_dump_failures_total",
+                                "Virtual-switch table dumps that failed")
 PROBES_SENT = Counter("netskel_probes_sent_total", "Probes sent", ["proto", "size"])
 PROBES_LOST = Counter("netskel_probes_lost_total", "Probes without a reply in time",
                       ["proto", "size"])

@@ -75,6 +75,25 @@ class CounterSample:
 
 
 @dataclass(frozen=True)
+class FlowRule:
+    """A virtual-switch forwarding rule in the topology contract's terms. For
+    a tunnel, `to` is the outer destination IP when the switch sets one; for a
+    delivery, empty (the local endpoint owning `dst`)."""
+
+    vni: int
+    dst: str
+    action: str  # deliver | tunnel | drop
+    to: str = ""
+
+
+@dataclass(frozen=True)
+class VSwitchDump:
+    host: str
+    ts: float
+    rules: tuple[FlowRule, ...]
+
+
+@dataclass(frozen=True)
 class AgentState:
     container: str
     endpoints: tuple[str, ...]

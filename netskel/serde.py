@@ -13,7 +13,16 @@ from controller.state import ListUpdate
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import netdiag_pb2 as dpb
-from netskel.model import AgentState, Component, CounterSample, Incident, WindowStats, pair_key
+from netskel.model import (
+    AgentState,
+    Component,
+    CounterSample,
+    FlowRule,
+    Incident,
+    VSwitchDump,
+    WindowStats,
+    pair_key,
+)
 
 _SYMPTOM = {"loss": cpb.SYMPTOM_LOSS, "latency": cpb.SYMPTOM_LATENCY,
             "degradation": cpb.SYMPTOM_DEGRADATION, "unreachable": cpb.SYMPTOM_UNREACHABLE}
@@ -103,6 +112,16 @@ def agent_state_to_pb(s: AgentState) -> pb.AgentState:
 def agent_state_from_pb(m: pb.AgentState) -> AgentState:
     return AgentState(container=m.container, endpoints=tuple(m.endpoints),
                       registered=m.registered, ready=m.ready, last_heartbeat=m.last_heartbeat)
+
+
+def vswitch_to_pb(d: VSwitchDump) -> pb.VSwitchDump:
+    return pb.VSwitchDump(host=d.host, ts=d.ts, rules=[
+        pb.VSwitchRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to) for r in d.rules])
+
+
+def vswitch_from_pb(m: pb.VSwitchDump) -> VSwitchDump:
+    return VSwitchDump(host=m.host, ts=m.ts, rules=tuple(
+        FlowRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to) for r in m.rules))
 
 
 # -- incidents ----------------------------------------------------------------

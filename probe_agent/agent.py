@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,8 +23,8 @@ from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.backoff import Backoff
 from netskel.config import AgentConfig
 from netskel.errors import InputError
-from netskel.model import CounterSample, WindowStats
-from probe_agent import counters, wire
+from netskel.model import CounterSample, VSwitchDump, WindowStats
+from probe_agent import counters, vswitch, wire
 from probe_agent.udp import Prober, ProbeTarget, Responder
 from probe_agent.window import WindowAccumulator
 
@@ -121,6 +123,24 @@ class Agent:
                 next_flush += 1.0
             next_t += period
             self.stop_event.wait(max(0.0, next_t - time.monotonic()))
+
+    def _vswitch_loop(self) -> None:
+        """The host's switch table every interval (jittered), for the
+        analyzer's overlay tracing; a failed dump is logged and counted."""
+        if not self.cfg.vswitch:
+            return
+        src = vswitch.VSwitchSource(self.cfg.vswitch, self.cfg.vswitch_tunnel_ports,
+                                    self.cfg.vswitch_vni)
+        while not self.stop_event.wait(self.cfg.vswitch_interval_s * random.uniform(0.9, 1.1)):
+            try:
+                rules = vswitch.dump(src)
+            except (OSError, subprocess.SubprocessError) as e:
+                log.warning("vswitch dump from %s failed: %s", src.target, e)
+                metrics.VSWITCH_DUMP_FAILURES.inc()
+                continue
+            dump = VSwitchDump(host=self.cfg.host, ts=time.time(), rules=tuple(rules))
+            self._enqueue(pb.AgentReport(container=self.cfg.container,
+                                         vswitch=serde.vswitch_to_pb(dump)))
 
     # -- ping list ----------------------------------------------------------
     def apply_update(self, u: pb.PingListUpdate) -> None:
@@ -227,6 +247,7 @@ class Agent:
         for name, fn in (("responder", lambda: self.responder.serve(self.stop_event)),
                          ("prober", lambda: self.prober.run(self.stop_event)),
                          ("windows", self._window_loop), ("counters", self._counter_loop),
+                         ("vswitch", self._vswitch_loop),
                          ("control", self._control_loop)):
             t = threading.Thread(target=fn, name=name, daemon=True)
             t.start()

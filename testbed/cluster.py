@@ -257,7 +257,10 @@ class Cluster:
                for r in range(lay.rails)]
         cmd = ["ip", "netns", "exec", self.container_ns(h), sys.executable, "-m", "netskel.cli",
                "agent", "--controller", self.controller_socket, "--container", lay.container(h),
-               "--job", lay.job, "--host", lay.host(h), "--counter-hz", "20"]
+               "--job", lay.job, "--host", lay.host(h), "--counter-hz", "20",
+               # The host's switch, as a sidecar with the OVS socket mounted would see it.
+               "--vswitch", f"unix:{self.ovs[h].dir}/br0.mgmt", "--vswitch-tunnel-port", "100",
+               "--vswitch-vni", str(lay.vni), "--vswitch-interval", "2"]
         for e in eps:
             cmd += ["--endpoint", e]
         return cmd

@@ -121,8 +121,9 @@ class Deployment:
             if all(x == dpb.NETWORK_OK for x in v.values()):
                 return time.time()
             time.sleep(1)
-        raise TimeoutError(f"pairs not all healthy within {timeout}s: "
-                           f"{[p for p, x in v.items() if x != dpb.NETWORK_OK]}")
+        bad = [(v.pair.a, v.pair.b, v.reason) for v in self.diagnose(pairs, since).pairs
+               if v.verdict != dpb.NETWORK_OK]
+        raise TimeoutError(f"pairs not all healthy within {timeout}s: {bad}")
 
     def crossing(self, a: str, b: str) -> list[tuple[str, str]]:
         """Pairs whose traffic crosses the link between switches a and b in

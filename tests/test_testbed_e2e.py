@@ -163,6 +163,47 @@ def _window_evidence(inc) -> list[dict]:
     return [size_ev for pair_ev in ev.get("windows", {}).values() for size_ev in pair_ev.values()]
 
 
+def test_deleted_overlay_rule_is_named_from_the_live_switch_table(dep):
+    dep.wait_all_ok(timeout=60)
+    lay = dep.layout
+    pair = tuple(sorted((lay.endpoint(0, 0), lay.endpoint(1, 0))))
+    rule = f"{lay.host(0)}:{lay.vni}:{lay.overlay_ip(1, 0)}"
+    t_fault = time.time()
+    undo = faults.delete_overlay_rule(dep.cluster, 0, lay.overlay_ip(1, 0))
+    try:
+        resp = wait_for(lambda: (r := dep.diagnose([pair], since=t_fault)).verdict
+                        == dpb.NETWORK_FAULT and any(i.component.id == rule for i in r.incidents)
+                        and r, 75, f"an incident naming {rule}", poll=1)
+        inc = next(i for i in resp.incidents if i.component.id == rule)
+        assert inc.component.type == cpb.COMPONENT_TYPE_VSWITCH_RULE
+        assert inc.layer == cpb.LAYER_OVERLAY
+        others = dep.diagnose([p for p in dep.all_pairs() if p != pair], since=t_fault)
+        assert all(i.layer != cpb.LAYER_UNDERLAY for i in others.incidents), \
+            "a vanished overlay rule must not be blamed on the underlay"
+    finally:
+        undo()
+    _wait_closed(dep)
+
+
+def test_killed_agent_is_an_agent_problem_not_a_link(dep):
+    dep.wait_all_ok(timeout=60)
+    lay = dep.layout
+    victim = 3
+    mine = [p for p in dep.all_pairs() if lay.container(victim) in p[0] + p[1]]
+    t_fault = time.time()
+    dep.kill_agent(victim)
+    try:
+        resp = wait_for(lambda: (r := dep.diagnose(mine, since=t_fault)).incidents and r, 75,
+                        "an incident for the killed agent's pairs", poll=1)
+        assert {i.layer for i in resp.incidents} == {cpb.LAYER_AGENT}
+        assert {i.component.type for i in resp.incidents} == {cpb.COMPONENT_TYPE_AGENT}
+        assert {i.component.id for i in resp.incidents} <= {lay.endpoint(victim, r)
+                                                           for r in range(lay.rails)}
+    finally:
+        dep.start_agents([victim])
+    _wait_closed(dep)
+
+
 def test_controller_restart_mid_run_loses_nothing(dep):
     dep.wait_all_ok(timeout=60)
     before_regs = {c: (r.host, r.endpoints) for c, r in dep.controller.state.regs.items()}

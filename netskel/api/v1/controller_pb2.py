@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from netskel.api.v1 import common_pb2 as netskel_dot_api_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fnetskel/api/v1/controller.proto\x12\x0enetskel.api.v1\x1a\x1bnetskel/api/v1/common.proto\"P\n\x0c\x45ndpointInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03nic\x18\x02 \x01(\t\x12\n\n\x02ip\x18\x03 \x01(\t\x12\x0b\n\x03vni\x18\x04 \x01(\r\x12\x0e\n\x06ifname\x18\x05 \x01(\t\"\x9b\x01\n\x0fRegisterRequest\x12\x11\n\tcontainer\x18\x01 \x01(\t\x12\x0b\n\x03job\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12/\n\tendpoints\x18\x04 \x03(\x0b\x32\x1c.netskel.api.v1.EndpointInfo\x12\x12\n\nprobe_port\x18\x05 \x01(\r\x12\x15\n\ragent_version\x18\x06 \x01(\t\"I\n\x10RegisterResponse\x12\x1d\n\x15heartbeat_interval_ms\x18\x01 \x01(\r\x12\x16\n\x0ewindow_seconds\x18\x02 \x01(\r\"4\n\x10HeartbeatRequest\x12\x11\n\tcontainer\x18\x01 \x01(\t\x12\r\n\x05ready\x18\x02 \x01(\x08\"\"\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\")\n\x14WatchPingListRequest\x12\x11\n\tcontainer\x18\x01 \x01(\t\"X\n\nPingTarget\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x0e\n\x06\x64st_ip\x18\x03 \x01(\t\x12\x10\n\x08\x64st_port\x18\x04 \x01(\r\x12\x0e\n\x06\x61\x63tive\x18\x05 \x01(\x08\"\x87\x01\n\x0ePingListUpdate\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x02 \x01(\x08\x12*\n\x06upsert\x18\x03 \x03(\x0b\x32\x1a.netskel.api.v1.PingTarget\x12*\n\x06remove\x18\x04 \x03(\x0b\x32\x1a.netskel.api.v1.PingTarget\"Q\n\rCounterSample\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\n\n\x02ts\x18\x02 \x01(\x01\x12\x10\n\x08tx_bytes\x18\x03 \x01(\x03\x12\x10\n\x08rx_bytes\x18\x04 \x01(\x03\">\n\x0c\x43ounterBatch\x12.\n\x07samples\x18\x01 \x03(\x0b\x32\x1d.netskel.api.v1.CounterSample\";\n\x0bWindowBatch\x12,\n\x07windows\x18\x01 \x03(\x0b\x32\x1b.netskel.api.v1.WindowStats\"\x8a\x01\n\x0b\x41gentReport\x12\x11\n\tcontainer\x18\x01 \x01(\t\x12.\n\x07windows\x18\x02 \x01(\x0b\x32\x1b.netskel.api.v1.WindowBatchH\x00\x12\x30\n\x08\x63ounters\x18\x03 \x01(\x0b\x32\x1c.netskel.api.v1.CounterBatchH\x00\x42\x06\n\x04\x62ody\"/\n\tReportAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\x12\x10\n\x08rejected\x18\x02 \x01(\x04\"&\n\x11\x44\x65registerRequest\x12\x11\n\tcontainer\x18\x01 \x01(\t\"\x14\n\x12\x44\x65registerResponse\"\x15\n\x13WatchReportsRequest\"m\n\nAgentState\x12\x11\n\tcontainer\x18\x01 \x01(\t\x12\x11\n\tendpoints\x18\x02 \x03(\t\x12\x12\n\nregistered\x18\x03 \x01(\x08\x12\r\n\x05ready\x18\x04 \x01(\x08\x12\x16\n\x0elast_heartbeat\x18\x05 \x01(\x01\"r\n\x0bReportEvent\x12.\n\x07windows\x18\x01 \x01(\x0b\x32\x1b.netskel.api.v1.WindowBatchH\x00\x12+\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x1a.netskel.api.v1.AgentStateH\x00\x42\x06\n\x04\x62ody2\xf3\x03\n\nController\x12M\n\x08Register\x12\x1f.netskel.api.v1.RegisterRequest\x1a .netskel.api.v1.RegisterResponse\x12P\n\tHeartbeat\x12 .netskel.api.v1.HeartbeatRequest\x1a!.netskel.api.v1.HeartbeatResponse\x12W\n\rWatchPingList\x12$.netskel.api.v1.WatchPingListRequest\x1a\x1e.netskel.api.v1.PingListUpdate0\x01\x12\x42\n\x06Report\x12\x1b.netskel.api.v1.AgentReport\x1a\x19.netskel.api.v1.ReportAck(\x01\x12S\n\nDeregister\x12!.netskel.api.v1.DeregisterRequest\x1a\".netskel.api.v1.DeregisterResponse\x12R\n\x0cWatchReports\x12#.netskel.api.v1.WatchReportsRequest\x1a\x1b.netskel.api.v1.ReportEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fnetskel/api/v1/controller.proto\x12\x0enetskel.api.v1\x1a\x1bnetskel/api/v1/common.proto\"P\n\x0c\x45ndpointInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03nic\x18\x02 \x01(\t\x12\n\n\x02ip\x18\x03 \x01(\t\x12\x0b\n\x03vni\x18\x04 \x01(\r\x12\x0e\n\x06ifname\x18\x05 \x01(\t\"\x9b\x01\n\x0fRegisterRequest\x12\x11\n\tcontainer\x18\x01 \x01(\t\x12\x0b\n\x03job\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12/\n\tendpoints\x18\x04 \x03(\x0b\x32\x1c.netskel.api.v1.EndpointInfo\x12\x12\n\nprobe_port\x18\x05 \x01(\r\x12\x15\n\ragent_version\x18\x06 \x01(\t\"I\n\x10RegisterResponse\x12\x1d\n\x15heartbeat_interval_ms\x18\x01 \x01(\r\x12\x16\n\x0ewindow_seconds\x18\x02 \x01(\r\"4\n\x10HeartbeatRequest\x12\x11\n\tcontainer\x18\x01 \x01(\t\x12\r\n\x05ready\x18\x02 \x01(\x08\"\"\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\")\n\x14WatchPingListRequest\x12\x11\n\tcontainer\x18\x01 \x01(\t\"X\n\nPingTarget\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x0e\n\x06\x64st_ip\x18\x03 \x01(\t\x12\x10\n\x08\x64st_port\x18\x04 \x01(\r\x12\x0e\n\x06\x61\x63tive\x18\x05 \x01(\x08\"\x87\x01\n\x0ePingListUpdate\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x02 \x01(\x08\x12*\n\x06upsert\x18\x03 \x03(\x0b\x32\x1a.netskel.api.v1.PingTarget\x12*\n\x06remove\x18\x04 \x03(\x0b\x32\x1a.netskel.api.v1.PingTarget\"Q\n\rCounterSample\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\n\n\x02ts\x18\x02 \x01(\x01\x12\x10\n\x08tx_bytes\x18\x03 \x01(\x03\x12\x10\n\x08rx_bytes\x18\x04 \x01(\x03\">\n\x0c\x43ounterBatch\x12.\n\x07samples\x18\x01 \x03(\x0b\x32\x1d.netskel.api.v1.CounterSample\";\n\x0bWindowBatch\x12,\n\x07windows\x18\x01 \x03(\x0b\x32\x1b.netskel.api.v1.WindowStats\"C\n\x0bVSwitchRule\x12\x0b\n\x03vni\x18\x01 \x01(\r\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\n\n\x02to\x18\x04 \x01(\t\"S\n\x0bVSwitchDump\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\n\n\x02ts\x18\x02 \x01(\x01\x12*\n\x05rules\x18\x03 \x03(\x0b\x32\x1b.netskel.api.v1.VSwitchRule\"\xba\x01\n\x0b\x41gentReport\x12\x11\n\tcontainer\x18\x01 \x01(\t\x12.\n\x07windows\x18\x02 \x01(\x0b\x32\x1b.netskel.api.v1.WindowBatchH\x00\x12\x30\n\x08\x63ounters\x18\x03 \x01(\x0b\x32\x1c.netskel.api.v1.CounterBatchH\x00\x12.\n\x07vswitch\x18\x04 \x01(\x0b\x32\x1b.netskel.api.v1.VSwitchDumpH\x00\x42\x06\n\x04\x62ody\"/\n\tReportAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\x12\x10\n\x08rejected\x18\x02 \x01(\x04\"&\n\x11\x44\x65registerRequest\x12\x11\n\tcontainer\x18\x01 \x01(\t\"\x14\n\x12\x44\x65registerResponse\"\x15\n\x13WatchReportsRequest\"m\n\nAgentState\x12\x11\n\tcontainer\x18\x01 \x01(\t\x12\x11\n\tendpoints\x18\x02 \x03(\t\x12\x12\n\nregistered\x18\x03 \x01(\x08\x12\r\n\x05ready\x18\x04 \x01(\x08\x12\x16\n\x0elast_heartbeat\x18\x05 \x01(\x01\"\xa2\x01\n\x0bReportEvent\x12.\n\x07windows\x18\x01 \x01(\x0b\x32\x1b.netskel.api.v1.WindowBatchH\x00\x12+\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x1a.netskel.api.v1.AgentStateH\x00\x12.\n\x07vswitch\x18\x03 \x01(\x0b\x32\x1b.netskel.api.v1.VSwitchDumpH\x00\x42\x06\n\x04\x62ody2\xf3\x03\n\nController\x12M\n\x08Register\x12\x1f.netskel.api.v1.RegisterRequest\x1a .netskel.api.v1.RegisterResponse\x12P\n\tHeartbeat\x12 .netskel.api.v1.HeartbeatRequest\x1a!.netskel.api.v1.HeartbeatResponse\x12W\n\rWatchPingList\x12$.netskel.api.v1.WatchPingListRequest\x1a\x1e.netskel.api.v1.PingListUpdate0\x01\x12\x42\n\x06Report\x12\x1b.netskel.api.v1.AgentReport\x1a\x19.netskel.api.v1.ReportAck(\x01\x12S\n\nDeregister\x12!.netskel.api.v1.DeregisterRequest\x1a\".netskel.api.v1.DeregisterResponse\x12R\n\x0cWatchReports\x12#.netskel.api.v1.WatchReportsRequest\x1a\x1b.netskel.api.v1.ReportEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,20 +54,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COUNTERBATCH']._serialized_end=901
   _globals['_WINDOWBATCH']._serialized_start=903
   _globals['_WINDOWBATCH']._serialized_end=962
-  _globals['_AGENTREPORT']._serialized_start=965
-  _globals['_AGENTREPORT']._serialized_end=1103
-  _globals['_REPORTACK']._serialized_start=1105
-  _globals['_REPORTACK']._serialized_end=1152
-  _globals['_DEREGISTERREQUEST']._serialized_start=1154
-  _globals['_DEREGISTERREQUEST']._serialized_end=1192
-  _globals['_DEREGISTERRESPONSE']._serialized_start=1194
-  _globals['_DEREGISTERRESPONSE']._serialized_end=1214
-  _globals['_WATCHREPORTSREQUEST']._serialized_start=1216
-  _globals['_WATCHREPORTSREQUEST']._serialized_end=1237
-  _globals['_AGENTSTATE']._serialized_start=1239
-  _globals['_AGENTSTATE']._serialized_end=1348
-  _globals['_REPORTEVENT']._serialized_start=1350
-  _globals['_REPORTEVENT']._serialized_end=1464
-  _globals['_CONTROLLER']._serialized_start=1467
-  _globals['_CONTROLLER']._serialized_end=1966
+  _globals['_VSWITCHRULE']._serialized_start=964
+  _globals['_VSWITCHRULE']._serialized_end=1031
+  _globals['_VSWITCHDUMP']._serialized_start=1033
+  _globals['_VSWITCHDUMP']._serialized_end=1116
+  _globals['_AGENTREPORT']._serialized_start=1119
+  _globals['_AGENTREPORT']._serialized_end=1305
+  _globals['_REPORTACK']._serialized_start=1307
+  _globals['_REPORTACK']._serialized_end=1354
+  _globals['_DEREGISTERREQUEST']._serialized_start=1356
+  _globals['_DEREGISTERREQUEST']._serialized_end=1394
+  _globals['_DEREGISTERRESPONSE']._serialized_start=1396
+  _globals['_DEREGISTERRESPONSE']._serialized_end=1416
+  _globals['_WATCHREPORTSREQUEST']._serialized_start=1418
+  _globals['_WATCHREPORTSREQUEST']._serialized_end=1439
+  _globals['_AGENTSTATE']._serialized_start=1441
+  _globals['_AGENTSTATE']._serialized_end=1550
+  _globals['_REPORTEVENT']._serialized_start=1553
+  _globals['_REPORTEVENT']._serialized_end=1715
+  _globals['_CONTROLLER']._serialized_start=1718
+  _globals['_CONTROLLER']._serialized_end=2217
 # @@protoc_insertion_point(module_scope)

@@ -312,29 +312,96 @@ class WindowBatch(_message.Message):
 Global___WindowBatch: _TypeAlias = WindowBatch  # noqa: Y015
 
 @_typing.final
+class VSwitchRule(_message.Message):
+    """One forwarding rule as the agent read it from its host's virtual switch,
+    in the terms of the topology contract's RULE: action is "deliver",
+    "tunnel" or "drop"; for a tunnel, `to` is the outer destination IP when the
+    rule sets one, empty when the tunnel device decides (toward the
+    destination's own NIC).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VNI_FIELD_NUMBER: _builtins.int
+    DST_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    TO_FIELD_NUMBER: _builtins.int
+    vni: _builtins.int
+    dst: _builtins.str
+    action: _builtins.str
+    to: _builtins.str
+    def __init__(
+        self,
+        *,
+        vni: _builtins.int = ...,
+        dst: _builtins.str = ...,
+        action: _builtins.str = ...,
+        to: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "dst", b"dst", "to", b"to", "vni", b"vni"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VSwitchRule: _TypeAlias = VSwitchRule  # noqa: Y015
+
+@_typing.final
+class VSwitchDump(_message.Message):
+    """The host's virtual-switch table, dumped by an agent on that host."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_FIELD_NUMBER: _builtins.int
+    TS_FIELD_NUMBER: _builtins.int
+    RULES_FIELD_NUMBER: _builtins.int
+    host: _builtins.str
+    ts: _builtins.float
+    @_builtins.property
+    def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___VSwitchRule]: ...
+    def __init__(
+        self,
+        *,
+        host: _builtins.str = ...,
+        ts: _builtins.float = ...,
+        rules: _abc.Iterable[Global___VSwitchRule] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "rules", b"rules", "ts", b"ts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VSwitchDump: _TypeAlias = VSwitchDump  # noqa: Y015
+
+@_typing.final
 class AgentReport(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CONTAINER_FIELD_NUMBER: _builtins.int
     WINDOWS_FIELD_NUMBER: _builtins.int
     COUNTERS_FIELD_NUMBER: _builtins.int
+    VSWITCH_FIELD_NUMBER: _builtins.int
     container: _builtins.str
     @_builtins.property
     def windows(self) -> Global___WindowBatch: ...
     @_builtins.property
     def counters(self) -> Global___CounterBatch: ...
+    @_builtins.property
+    def vswitch(self) -> Global___VSwitchDump: ...
     def __init__(
         self,
         *,
         container: _builtins.str = ...,
         windows: Global___WindowBatch | None = ...,
         counters: Global___CounterBatch | None = ...,
+        vswitch: Global___VSwitchDump | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "counters", b"counters", "windows", b"windows"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "counters", b"counters", "vswitch", b"vswitch", "windows", b"windows"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "container", b"container", "counters", b"counters", "windows", b"windows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "container", b"container", "counters", b"counters", "vswitch", b"vswitch", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["windows", "counters"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["windows", "counters", "vswitch"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -449,21 +516,25 @@ class ReportEvent(_message.Message):
 
     WINDOWS_FIELD_NUMBER: _builtins.int
     AGENT_FIELD_NUMBER: _builtins.int
+    VSWITCH_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def windows(self) -> Global___WindowBatch: ...
     @_builtins.property
     def agent(self) -> Global___AgentState: ...
+    @_builtins.property
+    def vswitch(self) -> Global___VSwitchDump: ...
     def __init__(
         self,
         *,
         windows: Global___WindowBatch | None = ...,
         agent: Global___AgentState | None = ...,
+        vswitch: Global___VSwitchDump | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "body", b"body", "windows", b"windows"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "body", b"body", "vswitch", b"vswitch", "windows", b"windows"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "body", b"body", "windows", b"windows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "body", b"body", "vswitch", b"vswitch", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["windows", "agent"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["windows", "agent", "vswitch"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

@@ -93,7 +93,7 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Report(self, request_iterator, context):
-        """Window statistics and NIC byte counters, streamed by the agent.
+        """Window statistics, NIC byte counters and virtual-switch dumps, streamed by the agent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

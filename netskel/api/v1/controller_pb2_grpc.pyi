@@ -44,7 +44,7 @@ class ControllerStub:
     WatchPingList: _grpc.UnaryStreamMultiCallable[_controller_pb2.WatchPingListRequest, _controller_pb2.PingListUpdate]
     """The agent's ping list: a full snapshot first, then only the changes."""
     Report: _grpc.StreamUnaryMultiCallable[_controller_pb2.AgentReport, _controller_pb2.ReportAck]
-    """Window statistics and NIC byte counters, streamed by the agent."""
+    """Window statistics, NIC byte counters and virtual-switch dumps, streamed by the agent."""
     Deregister: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeregisterRequest, _controller_pb2.DeregisterResponse]
     """A container leaves: its targets disappear from everyone's lists."""
     WatchReports: _grpc.UnaryStreamMultiCallable[_controller_pb2.WatchReportsRequest, _controller_pb2.ReportEvent]
@@ -64,7 +64,7 @@ class ControllerAsyncStub(ControllerStub):
     WatchPingList: _aio.UnaryStreamMultiCallable[_controller_pb2.WatchPingListRequest, _controller_pb2.PingListUpdate]  # type: ignore[assignment]
     """The agent's ping list: a full snapshot first, then only the changes."""
     Report: _aio.StreamUnaryMultiCallable[_controller_pb2.AgentReport, _controller_pb2.ReportAck]  # type: ignore[assignment]
-    """Window statistics and NIC byte counters, streamed by the agent."""
+    """Window statistics, NIC byte counters and virtual-switch dumps, streamed by the agent."""
     Deregister: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeregisterRequest, _controller_pb2.DeregisterResponse]  # type: ignore[assignment]
     """A container leaves: its targets disappear from everyone's lists."""
     WatchReports: _aio.UnaryStreamMultiCallable[_controller_pb2.WatchReportsRequest, _controller_pb2.ReportEvent]  # type: ignore[assignment]
@@ -105,7 +105,7 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_controller_pb2.AgentReport],
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.ReportAck, _abc.Awaitable[_controller_pb2.ReportAck]]:
-        """Window statistics and NIC byte counters, streamed by the agent."""
+        """Window statistics, NIC byte counters and virtual-switch dumps, streamed by the agent."""
 
     @_abc_1.abstractmethod
     def Deregister(
