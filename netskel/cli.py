@@ -113,6 +113,26 @@ def cmd_infer(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_csv(a: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
+    from netskel.csvimport import read_rows, to_records, to_topology
+
+    rows = read_rows(a.csv)
+    table = to_records(rows, source=str(a.csv))
+    out = Path(a.probes)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        pq.write_table(table, tmp)
+        if a.topology:
+            write_json_atomic(a.topology, to_topology(rows))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"{table.num_rows} probe record(s) -> {out}", file=sys.stderr)
+    return 0
+
+
 def cmd_simulate(a: argparse.Namespace) -> int:
     import pyarrow.parquet as pq
 
@@ -216,6 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--job")
     i.add_argument("-o", "--output", required=True)
     i.set_defaults(fn=cmd_infer)
+
+    c = sub.add_parser("import-csv", help="SkeletonHunter-format probe CSV -> contract probe "
+                       "records (and a topology stub) for replay")
+    c.add_argument("csv")
+    c.add_argument("--probes", required=True, help="output Parquet (contract section 3)")
+    c.add_argument("--topology", help="also write a topology stub built from the rows")
+    c.set_defaults(fn=cmd_import_csv)
 
     s = sub.add_parser("simulate", help="contract files of simulated training traffic")
     s.add_argument("--job", action="append", required=True,
