@@ -1,0 +1,82 @@
+"""Each process's /metrics — controller, analyzer, agents as separate real
+processes on loopback — parses with the Prometheus text parser, carries the
+families an operator needs, and no label names a probe pair."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import wait_for
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> dict[str, list]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+@pytest.fixture
+def procs(tmp_path, topo_file, topo_doc):
+    sock = f"unix:{tmp_path}/c.sock"
+    ports = {"controller": free_port(), "analyzer": free_port()}
+    cli = [sys.executable, "-m", "netskel.cli"]
+    started = [subprocess.Popen(cli + ["controller", "--topology", str(topo_file), "--listen", sock,
+                                       "--db", str(tmp_path / "c.sqlite"), "--window", "2",
+                                       "--heartbeat-ms", "200",
+                                       "--metrics-port", str(ports["controller"])]),
+               subprocess.Popen(cli + ["analyzer", "--topology", str(topo_file), "--controller", sock,
+                                       "--listen", "127.0.0.1:0",
+                                       "--metrics-port", str(ports["analyzer"])])]
+    for h in range(2):
+        c = topo_doc["containers"][h]
+        ports[f"agent{h}"] = free_port()
+        started.append(subprocess.Popen(
+            cli + ["agent", "--controller", sock, "--container", c["id"], "--job", c["job"],
+                   "--host", c["host"], "--rate", "20", "--metrics-port", str(ports[f"agent{h}"])]
+            + [x for e in c["endpoints"] for x in ("--endpoint", f"{e['id']},{e['nic']},{e['ip']},lo")]))
+    yield ports
+    for p in started:
+        p.terminate()
+    for p in started:
+        p.wait(timeout=10)
+
+
+def test_every_process_metrics_parse_and_stay_bounded(procs, topo_doc):
+    def sent(port: int) -> float:
+        fams = scrape(port)
+        return sum(s.value for s in fams.get("netskel_probes_sent", []) if s.name.endswith("_total"))
+    wait_for(lambda: sent(procs["agent0"]) > 0 and sent(procs["agent1"]) > 0, 30,
+             "both agents to probe", poll=0.5)
+    wait_for(lambda: any(s.value > 0 for s in scrape(procs["analyzer"]).get(
+        "netskel_windows_analyzed", [])), 30, "the analyzer to analyse a window", poll=0.5)
+    want = {"controller": {"netskel_agents_registered", "netskel_pinglist_targets",
+                           "netskel_reports_accepted"},
+            "analyzer": {"netskel_incidents_open", "netskel_windows_analyzed",
+                         "netskel_analysis_seconds"},
+            "agent0": {"netskel_probes_sent", "netskel_probes_lost", "netskel_probe_rtt_microseconds"}}
+    endpoints = {e["id"] for c in topo_doc["containers"] for e in c["endpoints"]}
+    for who, names in want.items():
+        fams = scrape(procs[who])
+        assert names <= set(fams), (who, names - set(fams))
+        for samples in fams.values():
+            for s in samples:
+                assert not {"dst", "pair", "target"} & set(s.labels), (who, s)
+                # an agent labels by its own endpoints only (bounded): never two endpoints
+                assert len(endpoints & set(s.labels.values())) <= 1, (who, s)
+    rtt = scrape(procs["agent0"])["netskel_probe_rtt_microseconds"]
+    assert any(s.name.endswith("_count") and s.value > 0 for s in rtt)
