@@ -12,6 +12,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# kubectl renders the deployment manifests in the tests; Debian's package is the fallback.
+command -v kubectl >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+  --no-install-recommends kubernetes-client >/dev/null 2>&1 || echo "no kubectl: manifest tests will skip"
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null

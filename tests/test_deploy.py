@@ -1,0 +1,60 @@
+"""Deployment: the kustomize overlays render and validate offline against
+the Kubernetes schemas; the image builds where a Docker daemon runs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+K8S = ROOT / "deploy" / "k8s"
+
+
+def render(name: str) -> list[dict]:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl not installed (Debian: kubernetes-client)")
+    out = subprocess.run(["kubectl", "kustomize", str(K8S / name)], capture_output=True, text=True,
+                         check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.mark.parametrize("name", ["controller", "analyzer", "agent-sidecar"])
+def test_overlay_renders_and_validates(tmp_path, name):
+    docs = render(name)
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(yaml.safe_dump_all(docs))
+    exe = shutil.which("kubernetes-validate", path=str(Path(__import__("sys").executable).parent))
+    assert exe, "kubernetes-validate is a dev dependency"
+    res = subprocess.run([exe, "--strict", "--quiet", str(f)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _containers(docs, kind="Deployment"):
+    return [c for d in docs if d["kind"] in (kind, "StatefulSet")
+            for c in d["spec"]["template"]["spec"]["containers"]]
+
+
+def test_services_use_grpc_health_and_agent_sidecar_has_what_it_needs():
+    for name, port in (("controller", 7000), ("analyzer", 7001)):
+        (c,) = _containers(render(name))
+        assert c["livenessProbe"]["grpc"]["port"] == port and c["readinessProbe"]["grpc"]["port"] == port
+        assert c["image"].startswith("registry.example.com/netskel:")
+    agent = next(c for c in _containers(render("agent-sidecar")) if c["name"] == "netskel-agent")
+    caps = agent["securityContext"]["capabilities"]
+    assert caps["add"] == ["NET_RAW"] and caps["drop"] == ["ALL"]
+    assert agent["resources"]["limits"]["rdma/hca"] == 1
+    assert agent["livenessProbe"]["httpGet"]["path"] == "/metrics"
+
+
+def test_image_builds_where_docker_runs():
+    if shutil.which("docker") is None:
+        pytest.skip("no docker client on this machine")
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("docker client present but no daemon running: the image cannot be built here")
+    res = subprocess.run(["docker", "build", "-q", "-t", "netskel:test", str(ROOT)],
+                         capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-2000:]
