@@ -178,9 +178,12 @@ class Detector:
         loss_p = np.ones(len(rows))
         some = lost > 0  # P(X >= 0) = 1: only windows with a loss need the test
         loss_p[some] = sps.binom.sf(lost[some] - 1, sent[some], base[some])
-        loss = (lost >= cfg.loss_min_lost) & (loss_p < cfg.loss_alpha)
+        # loss_alpha is the window's false-alarm budget across every test
+        # (Bonferroni): half a million pairs must not make noise significant.
+        alpha = cfg.loss_alpha / max(1, len(rows) + (groups.count if groups is not None else 0))
+        loss = (lost >= cfg.loss_min_lost) & (loss_p < alpha)
         if groups is not None:  # pooled: a pair's sizes, a link's pairs
-            loss |= pooled_loss(groups, sent, lost, hs, hl, cfg.loss_baseline, cfg.loss_alpha,
+            loss |= pooled_loss(groups, sent, lost, hs, hl, cfg.loss_baseline, alpha,
                                 cfg.loss_min_lost)
         # Latency: only a window whose median and p25 rose by a real amount can
         # be anomalous; LOF (log space) then decides whether it is an outlier

@@ -11,7 +11,6 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from operator import attrgetter
 
 import numpy as np
@@ -70,7 +69,10 @@ class Analyzer:
         self._pairs: list[Pair] = []            # pair id -> pair
         self._pair_id: dict[Pair, int] = {}
         self._row_pair = np.zeros(0, dtype=np.int64)  # detector row -> pair id
-        self._row_groups: list[list[int]] = []  # detector row -> loss-pooling groups
+        # detector row -> loss-pooling groups, as CSR arrays
+        self._rg_ptr = np.zeros(1, dtype=np.int64)
+        self._rg_codes = np.zeros(0, dtype=np.int64)
+        self._group_link: list[str] = []  # group id -> link id ("" for a pair group)
         self.incidents: dict[str, Incident] = {}
         # Keyed by component: a loss that turns into unreachability is one incident.
         self._open: dict[tuple[str, str], str] = {}
@@ -158,9 +160,10 @@ class Analyzer:
             self._cand_cache[(pair, route)] = got
         return got
 
-    def _localize(self, anomalous: dict[Pair, str], healthy: set[Pair]) -> list[Finding]:
+    def _localize(self, anomalous: dict[Pair, str], healthy: set[Pair],
+                  clears: dict[str, int] | None = None) -> list[Finding]:
         return localize(anomalous, healthy, self.dead | self._silent, self._candidates,
-                        lambda p: self.overlay.round_trip(*p), self._switches_of)
+                        lambda p: self.overlay.round_trip(*p), self._switches_of, clears)
 
     def _switches_of(self, link: str) -> tuple[str, ...]:
         return tuple(x for x in self.topo.links.get(link, ()) if x in self.topo.switches)
@@ -189,8 +192,8 @@ class Analyzer:
         stats = np.array(list(map(_STATS_OF, windows)), dtype=np.float64)
         sent = np.fromiter((w.sent for w in windows), dtype=np.int64, count=len(windows))
         lost = np.fromiter((w.lost for w in windows), dtype=np.int64, count=len(windows))
-        obs, drift = self.detector.observe(rows, stats, sent, lost, start, end,
-                                           self._loss_groups(rows))
+        groups = self._loss_groups(rows)
+        obs, drift = self.detector.observe(rows, stats, sent, lost, start, end, groups)
         pid = self._row_pair[rows]
         flagged = np.flatnonzero(obs.latency | obs.loss | obs.unreachable)
         bad_pairs = unique(pid[flagged])
@@ -215,8 +218,11 @@ class Analyzer:
         self._seen.append(_Seen(start, end, seen_ids, {int(x) for x in bad_pairs}))
         changed = []
         if anomalous or self._open:
-            healthy = {self._pairs[i] for i in np.setdiff1d(seen_ids, bad_pairs, assume_unique=True).tolist()}
-            findings = self._localize(anomalous, healthy)
+            healthy = {self._pairs[i]
+                       for i in np.setdiff1d(seen_ids, bad_pairs, assume_unique=True).tolist()}
+            healthy_rows = np.flatnonzero(~np.isin(pid, bad_pairs))
+            findings = self._localize(anomalous, healthy,
+                                      self._link_clears(groups, pid, healthy_rows))
             strong = {self._pairs[int(i)] for i in unique(pid[obs.sustained])}
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
@@ -228,12 +234,16 @@ class Analyzer:
     def _index_rows(self) -> None:
         """Pair id and loss-pooling groups of detector rows added since the
         last window: each pair's sizes pool together, and with every pair
-        crossing the same link (links all its paths cross)."""
+        crossing the same link (links all its paths cross). Kept as CSR
+        arrays so a window's groups are gathered without a Python loop."""
         keys = self.detector.keys
-        start = len(self._row_groups)
+        start = len(self._rg_ptr) - 1
         if start == len(keys):
             return
         new_pid = np.empty(len(keys) - start, dtype=np.int64)
+        new_codes: list[int] = []
+        new_ptr: list[int] = []
+        base = int(self._rg_ptr[-1])
         gid = self._group_ids
         for k, (src, dst, _size) in enumerate(keys[start:]):
             pair = pair_key(src, dst)
@@ -244,17 +254,37 @@ class Analyzer:
                 self._by_endpoint[pair[0]].add(pair)
                 self._by_endpoint[pair[1]].add(pair)
             new_pid[k] = p_id
-            groups = [("pair", *pair)] + [("link", link, "") for link, wt in
-                                          self._candidates(pair).items() if wt >= 1.0]
-            self._row_groups.append([gid.setdefault(g, len(gid)) for g in groups])
+            for g in [("pair", *pair)] + [("link", link, "") for link, wt in
+                                          self._candidates(pair).items() if wt >= 1.0]:
+                code = gid.get(g)
+                if code is None:
+                    code = gid[g] = len(gid)
+                    self._group_link.append(g[1] if g[0] == "link" else "")
+                new_codes.append(code)
+            new_ptr.append(base + len(new_codes))
         self._row_pair = np.concatenate([self._row_pair, new_pid])
+        self._rg_codes = np.concatenate([self._rg_codes, np.asarray(new_codes, dtype=np.int64)])
+        self._rg_ptr = np.concatenate([self._rg_ptr, np.asarray(new_ptr, dtype=np.int64)])
 
     def _loss_groups(self, rows: np.ndarray) -> Groups:
-        mine = [self._row_groups[r] for r in rows.tolist()]
-        lens = np.fromiter(map(len, mine), dtype=np.int64, count=len(mine))
+        lo, hi = self._rg_ptr[rows], self._rg_ptr[rows + 1]
+        lens = hi - lo
         indptr = np.concatenate([[0], np.cumsum(lens)])
-        codes = np.fromiter(chain.from_iterable(mine), dtype=np.int64, count=int(indptr[-1]))
-        return Groups(indptr, codes, len(self._group_ids))
+        idx = np.repeat(lo - indptr[:-1], lens) + np.arange(int(indptr[-1]))
+        return Groups(indptr, self._rg_codes[idx], len(self._group_ids))
+
+    def _link_clears(self, groups: Groups, pid: np.ndarray, healthy_rows: np.ndarray) -> dict[str, int]:
+        """Healthy pairs per link, counted once per pair, in one bincount."""
+        order = np.argsort(pid[healthy_rows], kind="stable")
+        hr = healthy_rows[order]
+        keep = np.concatenate([[True], pid[hr][1:] != pid[hr][:-1]]) if len(hr) else hr.astype(bool)
+        rows = hr[keep]
+        lens = groups.indptr[rows + 1] - groups.indptr[rows]
+        starts = np.concatenate([[0], np.cumsum(lens)])
+        idx = np.repeat(groups.indptr[rows] - starts[:-1], lens) + np.arange(int(starts[-1]))
+        counts = np.bincount(groups.codes[idx], minlength=groups.count)
+        return {self._group_link[g]: int(counts[g]) for g in np.flatnonzero(counts).tolist()
+                if self._group_link[g]}
 
     def _persist(self, symptom: str) -> int:
         if symptom == "latency":

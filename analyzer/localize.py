@@ -51,7 +51,10 @@ def _no_overlay(_pair: Pair) -> Trace:
 
 def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: set[str],
              candidates: Candidates, overlay: OverlayTrace = _no_overlay,
-             switches_of: SwitchesOf | None = None) -> list[Finding]:
+             switches_of: SwitchesOf | None = None,
+             clears: Mapping[str, int] | None = None) -> list[Finding]:
+    """`clears`: healthy pairs per link all their paths cross, when the caller
+    has it counted already (else counted here from `healthy`)."""
     findings: list[Finding] = []
     by_agent: dict[str, list[Pair]] = defaultdict(list)
     network: dict[Pair, str] = {}
@@ -71,7 +74,7 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
     traces = {p: overlay(p) for p in network}
     findings += _overlay_findings(network, traces)
     rest = {p: s for p, s in network.items() if traces[p].kind not in ("blackhole", "loop")}
-    links, unexplained = _underlay_findings(rest, healthy, candidates)
+    links, unexplained = _underlay_findings(rest, healthy, candidates, clears)
     findings += _merge_switches(links, switches_of) if switches_of else links
     nic_pairs: dict[str, list[Pair]] = defaultdict(list)
     for p in sorted(unexplained):
@@ -113,16 +116,21 @@ def _overlay_findings(network: Mapping[Pair, str], traces: Mapping[Pair, Trace])
     return out
 
 
-def _underlay_findings(rest: Mapping[Pair, str], healthy: set[Pair], candidates: Candidates
-                       ) -> tuple[list[Finding], set[Pair]]:
+def _underlay_findings(rest: Mapping[Pair, str], healthy: set[Pair], candidates: Candidates,
+                       counted: Mapping[str, int] | None) -> tuple[list[Finding], set[Pair]]:
     # A healthy pair speaks for the links all its paths cross; a link stays a
     # suspect only while more anomalous pairs accuse it than healthy ones clear it
     # (a fault seen on 5 of its 7 pairs in a window is still that link's).
-    clears: dict[str, int] = defaultdict(int)
-    for pair in healthy:
-        for link, w in candidates(pair).items():
-            if w >= 1.0:
-                clears[link] += 1
+    clears: Mapping[str, int]
+    if counted is None:
+        tally: dict[str, int] = defaultdict(int)
+        for pair in healthy:
+            for link, w in candidates(pair).items():
+                if w >= 1.0:
+                    tally[link] += 1
+        clears = tally
+    else:
+        clears = counted
     cand = {p: dict(candidates(p)) for p in rest}
     unexplained = {p for p in rest if cand[p]}
     findings: list[Finding] = []

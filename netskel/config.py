@@ -54,7 +54,7 @@ class AnalyzerConfig:
     controller: str = "127.0.0.1:7000"  # where the report feed comes from
     listen: tuple[str, ...] = ("127.0.0.1:7001",)  # NetDiag gRPC addresses
     loss_baseline: float = 0.0001      # least loss a healthy path shows (its history may raise it)
-    loss_alpha: float = 1e-4           # binomial test level for a lossy window
+    loss_alpha: float = 0.01           # false loss alarms per window, across all tests (Bonferroni)
     loss_min_lost: int = 3             # fewer lost probes are never a loss anomaly
     persist_windows: int = 1           # lossy windows in a row before an incident opens
     latency_persist_windows: int = 2   # slow windows in a row (one slow for 3/4 of it counts
