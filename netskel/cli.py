@@ -258,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--endpoint", action="append", default=[])
     d.add_argument("--pair", action="append", default=[], help="A,B")
     d.add_argument("--incidents", action="store_true", help="list incidents instead")
+    d.add_argument("--blamed", action="store_true",
+                   help="the components blamed (links, switches, rules, NICs), one row each")
+    d.add_argument("--open", action="store_true", help="open incidents only")
+    d.add_argument("--component-type", choices=["link", "switch", "nic", "vswitch_rule", "host",
+                                                 "endpoint", "agent"])
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=cmd_netdiag)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 import grpc
 
@@ -18,10 +19,18 @@ def run_netdiag(a: argparse.Namespace) -> int:
     with grpc.insecure_channel(a.server) as ch:
         stub = dpb_grpc.NetDiagStub(ch)
         try:
-            if a.incidents:
-                resp = stub.ListIncidents(dpb.ListIncidentsRequest(), timeout=10)
+            if a.incidents or a.blamed:
+                resp = stub.ListIncidents(dpb.ListIncidentsRequest(open_only=a.open), timeout=10)
                 docs = [serde.incident_from_pb(i).to_doc() for i in resp.incidents]
-                if a.json:
+                if a.component_type:
+                    docs = [d for d in docs if d["component"]["type"] == a.component_type]
+                if a.blamed:
+                    rows = blamed(docs)
+                    if a.json:
+                        print(json.dumps({"blamed": rows}, indent=1))
+                    else:
+                        print_blamed(rows)
+                elif a.json:
                     print(json.dumps({"incidents": docs}, indent=1))
                 else:
                     print_incidents(docs)
@@ -65,3 +74,30 @@ def print_incidents(docs: list[dict[str, object]]) -> None:
         print(f"{d['id']:<11} {d['symptom']:<12} {d['layer']:<9} "
               f"{comp['type'] + ':' + comp['id']:<32} {d['confidence']:>5.2f} "
               f"{len(pairs)}{state}")
+
+
+def blamed(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per blamed component (link, switch, rule, NIC...): what the
+    network team replaces or restarts, most pairs first."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for d in docs:
+        key = (d["component"]["type"], d["component"]["id"])
+        r = rows.setdefault(key, {"type": key[0], "id": key[1], "layer": d["layer"], "incidents": 0,
+                                  "open": 0, "pairs": set(), "symptoms": set(), "since": d["start"]})
+        r["incidents"] += 1
+        r["open"] += d["end"] is None
+        r["pairs"].update(map(tuple, d["pairs"]))
+        r["symptoms"].add(d["symptom"])
+        r["since"] = min(r["since"], d["start"])
+    out = [dict(r, pairs=len(r["pairs"]), symptoms=sorted(r["symptoms"])) for r in rows.values()]
+    return sorted(out, key=lambda r: (-r["open"], -r["pairs"], r["type"], r["id"]))
+
+
+def print_blamed(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        print("nothing blamed")
+        return
+    print(f"{'component':<40} {'layer':<9} {'open':>4} {'incid':>5} {'pairs':>5} symptoms")
+    for r in rows:
+        print(f"{r['type'] + ':' + r['id']:<40} {r['layer']:<9} {r['open']:>4} {r['incidents']:>5} "
+              f"{r['pairs']:>5} {','.join(r['symptoms'])}")

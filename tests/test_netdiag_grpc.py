@@ -64,7 +64,7 @@ def _report(stub, container, windows):
         windows=[serde.window_to_pb(w) for w in windows]))]))
 
 
-def test_diagnose_watch_and_list(stack, topo_doc):
+def test_diagnose_watch_and_list(stack, topo_doc, capsys):
     ctl, nd, ana = stack
     c0 = topo_doc["containers"][0]
     _register_first(ctl, topo_doc)
@@ -100,6 +100,15 @@ def test_diagnose_watch_and_list(stack, topo_doc):
     assert nd.Diagnose(dpb.DiagnoseRequest(pairs=[cpb.EndpointPair(
         a=topo_doc["containers"][1]["endpoints"][0]["id"], b=other)])).verdict \
         == dpb.INCONCLUSIVE, "a pair nobody probes cannot be judged"
+
+    from netskel.cli import main
+    server = f"127.0.0.1:{ana.ports[0]}"
+    assert main(["netdiag", "--server", server, "--blamed", "--open"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 2 and opened.component.id in table[1]
+    assert table[1].split()[2:5] == ["1", "1", "1"], "open, incidents, pairs"
+    assert main(["netdiag", "--server", server, "--incidents", "--component-type", "switch"]) == 0
+    assert capsys.readouterr().out.strip() == "no incidents"
 
     _report(ctl, c0["id"], _windows(topo_doc, t - 20))
     closed = events.get(timeout=10)
