@@ -115,12 +115,14 @@ class Deployment:
         return {pair_key(v.pair.a, v.pair.b): v.verdict for v in resp.pairs}
 
     def wait_all_ok(self, timeout: float, since: float | None = None) -> float:
-        """Until every pair has a healthy window after `since`; returns when."""
+        """Until every pair's recent windows (after `since`) are healthy;
+        returns when. Recent: a lone anomalous window that did not persist
+        (no incident) ages out instead of holding the verdict for good."""
         since = since if since is not None else time.time()
         deadline = time.monotonic() + timeout
         pairs = self.all_pairs()
         while time.monotonic() < deadline:
-            v = self.verdicts(pairs, since)
+            v = self.verdicts(pairs, max(since, time.time() - 2.5 * self.window_s))
             if all(x == dpb.NETWORK_OK for x in v.values()):
                 return time.time()
             time.sleep(1)
