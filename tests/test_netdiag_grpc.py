@@ -144,3 +144,27 @@ def test_bad_reports_are_rejected_not_fatal(stack, topo_doc):
     with socket.create_connection(("127.0.0.1", ana.ports[0]), timeout=5) as s:
         s.sendall(b"\x16\x03\x01" + bytes(500))
     assert nd.ListIncidents(dpb.ListIncidentsRequest()).incidents == []
+
+
+def test_example_client_names_the_component(stack, topo_doc):
+    """examples/diagnose.py, as a diagnosis engine would run it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ctl, nd, ana = stack
+    c0 = topo_doc["containers"][0]
+    _register_first(ctl, topo_doc)
+    ctl.Heartbeat(pb.HeartbeatRequest(container=c0["id"], ready=True))
+    wait_for(lambda: c0["endpoints"][0]["id"] in ana.engine.known_endpoints, 10, "feed")
+    t = (time.time() // 10) * 10
+    bad = (c0["endpoints"][0]["id"], topo_doc["containers"][2]["endpoints"][0]["id"])
+    _report(ctl, c0["id"], _windows(topo_doc, t - 40) + _windows(topo_doc, t - 30, lossy={bad}))
+    wait_for(lambda: nd.ListIncidents(dpb.ListIncidentsRequest()).incidents, 10, "an incident")
+    example = Path(__file__).resolve().parents[1] / "examples" / "diagnose.py"
+    out = subprocess.run([sys.executable, str(example), f"127.0.0.1:{ana.ports[0]}", bad[0]],
+                         capture_output=True, text=True, timeout=30)
+    inc = nd.ListIncidents(dpb.ListIncidentsRequest()).incidents[0]
+    assert out.returncode == 1, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "NETWORK_FAULT" and inc.component.id in lines[1] and "LOSS" in lines[1]
