@@ -58,12 +58,12 @@ def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.nda
     h_sent = np.bincount(g.codes, weights=hist_sent[member], minlength=g.count)
     h_lost = np.bincount(g.codes, weights=hist_lost[member], minlength=g.count)
     rate = np.maximum(floor, (h_lost + floor * prior_probes) / (h_sent + prior_probes))
-    exp_w = sent.astype(np.float64)
+    sent_w = sent.astype(np.float64)
     lost_w = lost.astype(np.float64).copy()
     hit = np.zeros(len(sent), dtype=bool)
     done = np.zeros(g.count, dtype=bool)
     for _ in range(max_groups):
-        exp = np.bincount(g.codes, weights=exp_w[member], minlength=g.count) * rate
+        exp = np.bincount(g.codes, weights=sent_w[member], minlength=g.count) * rate
         tot = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
         mu = np.maximum(exp, 1e-12)
         logp = np.where(tot >= min_lost, sps.poisson.logsf(tot - 1, mu), 0.0)
@@ -82,12 +82,12 @@ def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.nda
         rows = rows[lost_w[rows] > 0]
         # Only members whose own losses fit the group's loss rate share its
         # blame: one lost probe beside a pair that lost everything is not.
-        g_rate = min(1.0, float(lost_w[rows].sum()) / max(float(exp_w[rows].sum()), 1.0))
-        fits = sps.binom.cdf(lost_w[rows], exp_w[rows], g_rate) >= 0.01
+        g_rate = min(1.0, float(lost_w[rows].sum()) / max(float(sent_w[rows].sum()), 1.0))
+        fits = sps.binom.cdf(lost_w[rows], sent_w[rows], g_rate) >= 0.01
         rows = rows[fits]
         hit[rows] = True
         lost_w[rows] = 0.0  # explained: no longer evidence against other groups
-        exp_w[rows] = 0.0
+        sent_w[rows] = 0.0
     return hit & (lost > 0)
 
 
@@ -227,12 +227,9 @@ class Detector:
     def _drift(self, rows: np.ndarray, medians: np.ndarray, ok: np.ndarray, start: float,
                end: float) -> DriftReport | None:
         cfg = self.cfg
-        if self.slots == 0:
+        if self.slots == 0:  # the window length is known now; _grow pads this width from here on
             self.slots = int(np.ceil(cfg.drift_period_s / max(end - start, 1e-3))) + 1
             self.pvals = np.full((self._cap, self.slots), np.nan, dtype=np.float32)
-        if self.pvals.shape[0] < self._cap:
-            extra = self._cap - self.pvals.shape[0]
-            self.pvals = np.concatenate([self.pvals, np.full((extra, self.slots), np.nan, np.float32)])
         period = int(np.floor(start / cfg.drift_period_s))
         done = rows[(self.period[rows] >= 0) & (self.period[rows] < period)]
         report = self._test_periods(done) if len(done) else None

@@ -395,6 +395,14 @@ def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> tuple[lis
     return chain, clarity
 
 
+def iteration_boundary(r: Rates, members: np.ndarray, period: float) -> float:
+    """Where, within the period, these endpoints' iterations end: the middle
+    of their longest quiet stretch (seconds from the grid's start, mod period)."""
+    prof = _folded((r.tx[members] + r.rx[members]).mean(axis=0), r.dt, period)
+    _, mid = quiet_phase(prof)
+    return float(mid / len(prof) * period)
+
+
 def jitter_sequences(r: Rates, idx: np.ndarray, period: float, boundary: float,
                      weigh: str) -> np.ndarray:
     """Per endpoint, the byte-weighted centre of its traffic in each
@@ -531,9 +539,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         for s, gi in enumerate(chain):
             stage_sets[s].extend(groups[gi].tolist())
         members = np.concatenate(groups)
-        prof = _folded((r.tx[members] + r.rx[members]).mean(axis=0), r.dt, period)
-        _, mid = quiet_phase(prof)
-        boundary = mid / len(prof) * period
+        boundary = iteration_boundary(r, members, period)
         seqs = [{int(i): row for i, row in zip(members, jitter_sequences(r, members, period, boundary, w),
                                                strict=True)} for w in ("one_way", "total")]
         for a, b in zip(chain, chain[1:], strict=False):
@@ -596,9 +602,8 @@ def expert_groups(r: Rates, dp_groups: list[np.ndarray], period: float
     for members in dp_groups:
         if len(members) < 4:
             continue
-        prof = _folded((r.tx[members] + r.rx[members]).mean(axis=0), r.dt, period)
-        _, mid = quiet_phase(prof)
-        seq = jitter_sequences(r, members, period, mid / len(prof) * period, "two_way")
+        seq = jitter_sequences(r, members, period, iteration_boundary(r, members, period),
+                               "two_way")
         labels = expert_split(seq)
         if labels is None:
             sizes.append(1)
