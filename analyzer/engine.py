@@ -17,7 +17,7 @@ import numpy as np
 
 from analyzer.detect import STATS, Detector, DriftReport, Groups, Observation
 from analyzer.localize import Finding, Pair, localize, worst_symptom
-from analyzer.overlay import OverlayTables, rules_from_dump
+from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from netskel import metrics
 from netskel.arrays import unique
@@ -120,7 +120,7 @@ class Analyzer:
         if dump.host not in self.topo.hosts:
             log.warning("vswitch dump for unknown host %s ignored", dump.host)
             return
-        self.overlay = self.overlay.with_host(dump.host, rules_from_dump(self.topo, dump))
+        self.overlay.set_host(dump)
 
     # -- processing -----------------------------------------------------------
     def tick(self, now: float) -> list[Incident]:

@@ -8,11 +8,11 @@ offloaded copy of the rule for this flow must equal the switch's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from netskel.model import VSwitchDump
-from netskel.topology import Rule, Topology, VSwitch
+from netskel.topology import Rule, Topology
 
 
 def rule_id(host: str, vni: int, dst: str) -> str:
@@ -34,47 +34,57 @@ def _rule_doc(r: Rule | None) -> dict[str, Any] | None:
     return {"vni": r.vni, "dst": r.dst, "action": r.action, "to": r.to}
 
 
-def rules_from_dump(topo: Topology, dump: VSwitchDump) -> tuple[Rule, ...]:
-    """An agent's dump in the contract's terms: a delivery names the local
-    endpoint owning the destination; a tunnel names the NIC with its outer IP,
-    or, when the tunnel device chooses, the destination endpoint's own NIC."""
-    by_ip = {(e.vni, e.ip): e for e in topo.endpoints.values() if e.ip is not None}
-    nic_by_ip = {n.ip: n.id for n in topo.nics.values() if n.ip}
-    out = []
-    for r in dump.rules:
-        ep = by_ip.get((r.vni, r.dst))
-        if r.action == "deliver":
-            here = ep is not None and topo.nics[ep.nic].host == dump.host
-            out.append(Rule(r.vni, r.dst, "deliver", ep.id if ep is not None and here else r.to or None))
-        elif r.action == "tunnel":
-            to = nic_by_ip.get(r.to) if r.to else (ep.nic if ep is not None else None)
-            out.append(Rule(r.vni, r.dst, "tunnel", to))
-        else:
-            out.append(Rule(r.vni, r.dst, "drop"))
-    return tuple(out)
-
-
 class OverlayTables:
-    def with_host(self, host: str, rules: tuple[Rule, ...]) -> OverlayTables:
-        """These tables with one host's rules replaced (its offloaded tables kept)."""
-        vswitch = dict(self.topo.vswitch)
-        old = vswitch.get(host)
-        vswitch[host] = VSwitch(rules=rules, offloaded=old.offloaded if old else {})
-        return OverlayTables(replace(self.topo, vswitch=vswitch))
-
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
         self.rules: dict[tuple[str, int, str], Rule] = {}
         self.offloaded: dict[tuple[str, int, str], Rule] = {}
         self.offloading: set[str] = set()  # NICs that report an offloaded table
+        self.hosts: set[str] = set()       # hosts whose table is known
+        self._keys: dict[str, list[tuple[str, int, str]]] = {}  # host -> its rules' keys
         for host, vs in topo.vswitch.items():
-            for r in vs.rules:
-                self.rules[(host, r.vni, r.dst)] = r
+            self._put(host, vs.rules)
             for nic, rules in vs.offloaded.items():
                 self.offloading.add(nic)
                 for r in rules:
                     self.offloaded[(nic, r.vni, r.dst)] = r
+        # For reading agents' dumps, built once: the topology is fixed.
+        self._ep_by_ip = {(e.vni, e.ip): e for e in topo.endpoints.values() if e.ip is not None}
+        self._nic_by_ip = {n.ip: n.id for n in topo.nics.values() if n.ip}
         self._cache: dict[tuple[str, str], Trace] = {}
+
+    def _put(self, host: str, rules: tuple[Rule, ...]) -> None:
+        self.hosts.add(host)
+        keys = self._keys.setdefault(host, [])
+        for r in rules:
+            self.rules[(host, r.vni, r.dst)] = r
+            keys.append((host, r.vni, r.dst))
+
+    def set_host(self, dump: VSwitchDump) -> None:
+        """A live dump replaces that host's rules (its NICs' offloaded tables
+        stay); only traces are recomputed, not every host's index."""
+        for key in self._keys.pop(dump.host, []):
+            self.rules.pop(key, None)
+        self._put(dump.host, self.rules_from_dump(dump))
+        self._cache.clear()
+
+    def rules_from_dump(self, dump: VSwitchDump) -> tuple[Rule, ...]:
+        """An agent's dump in the contract's terms: a delivery names the local
+        endpoint owning the destination; a tunnel names the NIC with its outer
+        IP, or, when the tunnel device chooses, the destination endpoint's NIC."""
+        out = []
+        for r in dump.rules:
+            ep = self._ep_by_ip.get((r.vni, r.dst))
+            if r.action == "deliver":
+                here = ep is not None and self.topo.nics[ep.nic].host == dump.host
+                out.append(Rule(r.vni, r.dst, "deliver",
+                                ep.id if ep is not None and here else r.to or None))
+            elif r.action == "tunnel":
+                to = self._nic_by_ip.get(r.to) if r.to else (ep.nic if ep is not None else None)
+                out.append(Rule(r.vni, r.dst, "tunnel", to))
+            else:
+                out.append(Rule(r.vni, r.dst, "drop"))
+        return tuple(out)
 
     @property
     def known(self) -> bool:
@@ -103,7 +113,7 @@ class OverlayTables:
                 cycle = hops[seen.index(host):]
                 return Trace("loop", rule=min(cycle), hops=tuple(hops),
                              detail={"hosts": [*seen, host], "cycle": cycle})
-            if host not in self.topo.vswitch:  # no snapshot of this host: cannot say
+            if host not in self.hosts:  # no snapshot of this host: cannot say
                 return Trace("unknown", hops=tuple(hops))
             seen.append(host)
             hops.append(rid)

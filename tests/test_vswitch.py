@@ -4,7 +4,7 @@ contract's rules, and a live dump changing what the analyzer blames."""
 from __future__ import annotations
 
 from analyzer.engine import Analyzer
-from analyzer.overlay import rules_from_dump
+from analyzer.overlay import OverlayTables
 from netskel.config import AnalyzerConfig
 from netskel.model import FlowRule, VSwitchDump, WindowStats
 from netskel.probesim import with_overlay
@@ -41,7 +41,7 @@ def test_live_dump_turns_a_vanished_rule_into_an_overlay_blackhole():
     rules = [FlowRule(LAY.vni, LAY.overlay_ip(h, 0), "deliver" if h == 0 else "tunnel")
              for h in range(LAY.hosts) if h != 1]  # host 0 lost its rule for host 1
     dump = VSwitchDump(host=LAY.host(0), ts=0.0, rules=tuple(rules))
-    converted = rules_from_dump(topo, dump)
+    converted = OverlayTables(topo).rules_from_dump(dump)
     assert converted[0].to == a and converted[1].to == LAY.nic(2, 0)
     eng.set_vswitch(dump)
     t0 = 1_700_000_010.0 // 30 * 30
