@@ -39,23 +39,33 @@ def _kind_ok(t: pa.DataType, kind: str) -> bool:
                 or pa.types.is_dictionary(t))
 
 
-def read_table(path: str | Path, required: dict[str, str]) -> pa.Table:
-    """A Parquet file with the required columns, or one InputError line."""
+def read_table(path: str | Path, required: dict[str, str],
+               dictionary: tuple[str, ...] = ()) -> pa.Table:
+    """A Parquet file with the required columns, or one InputError line.
+    String columns named in `dictionary` are read dictionary-encoded: ids
+    repeat millions of times, and decoding them to strings first costs more
+    than the whole read."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
     if p.stat().st_size == 0:
         raise InputError(f"{p}: empty file")
     try:
-        table = pq.read_table(p)
+        schema = pq.read_schema(p)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise InputError(f"{p}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
     for col, kind in required.items():
-        if col not in table.column_names:
+        if col not in schema.names:
             raise InputError(f"{p}: missing column '{col}'")
-        if not _kind_ok(table.schema.field(col).type, kind):
-            raise InputError(f"{p}: column '{col}' has type {table.schema.field(col).type}, "
+        if not _kind_ok(schema.field(col).type, kind):
+            raise InputError(f"{p}: column '{col}' has type {schema.field(col).type}, "
                              f"expected {kind}")
+    as_dict = [c for c in dictionary if pa.types.is_string(schema.field(c).type)
+               or pa.types.is_large_string(schema.field(c).type)]
+    try:
+        table = pq.read_table(p, read_dictionary=as_dict or None)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise InputError(f"{p}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
     if table.num_rows == 0:
         raise InputError(f"{p}: no rows")
     return table

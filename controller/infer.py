@@ -19,19 +19,21 @@ THROUGHPUT_COLUMNS = {"ts": "float", "endpoint": "string", "tx_bytes": "integer"
 
 
 def read_throughput(path: str | Path, topo: Topology) -> dict[str, Any]:
-    table = read_table(path, THROUGHPUT_COLUMNS)
+    table = read_table(path, THROUGHPUT_COLUMNS, dictionary=("endpoint",))
     col = table.column("endpoint")
     if col.null_count:
         raise InputError(f"{path}: column 'endpoint' has nulls")
+    if pa.types.is_dictionary(col.type):
+        col = col.unify_dictionaries()  # chunks share one dictionary, indices concatenate
     encoded = col.combine_chunks()
     if not pa.types.is_dictionary(encoded.type):
         encoded = encoded.dictionary_encode()
     names = encoded.dictionary.to_pylist()
-    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
     unknown = sorted(n for n in names if n not in topo.endpoints)
     if unknown:
         raise InputError(f"{path}: column 'endpoint' names unknown endpoint '{unknown[0]}'")
-    ts = table.column("ts").to_numpy(zero_copy_only=False).astype(np.float64)
+    ts = table.column("ts").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
     if not np.all(np.isfinite(ts)):
         raise InputError(f"{path}: column 'ts' has null or non-finite values")
     cols: dict[str, Any] = {"ts": ts, "code": codes, "names": names}
@@ -39,7 +41,7 @@ def read_throughput(path: str | Path, topo: Topology) -> dict[str, Any]:
         col = table.column(c)
         if col.null_count:
             raise InputError(f"{path}: column '{c}' has nulls")
-        cols[c] = col.to_numpy(zero_copy_only=False).astype(np.int64)
+        cols[c] = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     return cols
 
 

@@ -29,7 +29,7 @@ from scipy.cluster import hierarchy
 from scipy.optimize import linear_sum_assignment
 
 from controller.pinglist import id_hash, owner_bits
-from netskel.arrays import factorize
+from netskel.arrays import factorize, pair_order
 from netskel.errors import InputError
 from netskel.model import pair_key
 from netskel.topology import Topology
@@ -74,20 +74,26 @@ class Skeleton:
         return {pair_key(e[int(a)], e[int(b)]) for a, b in self.pair_index}
 
 
-def _endpoint_time_order(code: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Row order by endpoint, then time. Recordings are usually appended as
-    samples arrive, so each endpoint's rows are already in time order: a
-    stable radix sort by endpoint alone keeps them so (O(n)). Only when some
-    endpoint's rows are out of order does a full sort run."""
-    n_codes = int(code.max()) + 1 if len(code) else 1
-    small = code.astype(np.uint16) if n_codes <= 1 << 16 else code
+def _endpoint_time_order(code: np.ndarray, ts: np.ndarray, counts: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """(row order by endpoint, then time; the timestamps in that order).
+    Recordings are usually appended as samples arrive, so each endpoint's rows
+    are already in time order: a stable radix sort by endpoint alone keeps
+    them so (O(n)). Only when some endpoint's rows are out of order does a
+    full sort run."""
+    small = code.astype(np.uint16) if len(counts) <= 1 << 16 else code
     order = np.argsort(small, kind="stable")
-    c, t = code[order], ts[order]
-    same = c[1:] == c[:-1]
-    if not np.any(same & (t[1:] < t[:-1])):
-        return order
+    del small
+    t = ts[order]
+    back = t[1:] < t[:-1]  # time steps back: a new endpoint, or rows out of order
+    if np.count_nonzero(back) < len(counts):
+        ends = np.cumsum(counts)[:-1] - 1
+        back[ends[ends >= 0]] = False
+        if not back.any():
+            return order, t
     span = float(ts.max() - ts.min()) + 1.0
-    return np.argsort(code * span + (ts - ts.min()))
+    order = np.argsort(code * span + (ts - ts.min()))
+    return order, ts[order]
 
 
 def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarray,
@@ -98,7 +104,7 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     if names is None:
         names, code = factorize(np.asarray(endpoint, dtype=object))
     else:
-        code = np.asarray(endpoint, dtype=np.int64)
+        code = np.asarray(endpoint)
     index = {n: i for i, n in enumerate(names)}
     missing = [e for e in wanted if e not in index]
     if missing:
@@ -106,44 +112,51 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
                          + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
     want = np.array([index[e] for e in wanted], dtype=np.int64)
     # Renumber the wanted endpoints 0..E-1 and drop everything else.
-    remap = np.full(len(names), -1, dtype=np.int64)
+    remap = np.full(len(names), -1, dtype=np.intp)
     remap[want] = np.arange(len(want))
     code = remap[code]
     sel = code >= 0
     if not sel.all():
         ts, code, tx, rx = ts[sel], code[sel], tx[sel], rx[sel]
-    order = _endpoint_time_order(code, ts)
-    ts, code = ts[order], code[order]
+    counts = np.bincount(code, minlength=len(want))
+    order, ts = _endpoint_time_order(code, ts, counts)
+    # Sorted by endpoint: the codes are runs, rebuilt from their counts.
+    code = np.repeat(np.arange(len(want)), counts)
     tx, rx = tx[order].astype(np.float64), rx[order].astype(np.float64)
+    del order
     # Duplicate timestamps of one endpoint carry nothing new.
     dup = np.zeros(len(ts), dtype=bool)
     dup[1:] = (code[1:] == code[:-1]) & (ts[1:] <= ts[:-1])
     if dup.any():
         ts, code, tx, rx = ts[~dup], code[~dup], tx[~dup], rx[~dup]
-    first = np.ones(len(ts), dtype=bool)
-    first[1:] = code[1:] != code[:-1]
-    steps = np.diff(ts)[~first[1:]]
-    if len(steps) == 0 or np.median(steps) <= 0:
-        raise InputError("throughput samples have no usable interval")
-    dt = float(np.median(steps))
     bounds = np.searchsorted(code, np.arange(len(want) + 1))
     if np.any(np.diff(bounds) < 2):
         raise InputError("an endpoint has fewer than two throughput samples")
+    first = np.zeros(len(ts), dtype=bool)
+    first[bounds[:-1]] = True
+    steps = np.diff(ts)
+    steps[bounds[1:-1] - 1] = np.nan  # the step between two endpoints
+    dt = float(np.nanmedian(steps[::max(1, len(steps) // 1_000_000)]))
+    if not dt > 0:
+        raise InputError("throughput samples have no usable interval")
+    del steps
     start = float(ts[bounds[:-1]].max())
     end = float(ts[bounds[1:] - 1].min())
     if end - start < 4 * dt:
         raise InputError("endpoints' recordings do not overlap in time")
 
     def cumulative(v: np.ndarray) -> np.ndarray:
-        """Bytes since each endpoint's first sample, through counter resets
-        (a drop means the counter restarted from zero)."""
-        inc = np.diff(v, prepend=v[:1])
-        inc = np.where(inc < 0, v, inc)
+        """Bytes counted so far, through counter resets (a drop means the
+        counter restarted from zero). One running sum over all endpoints:
+        rates are differences within an endpoint, so its offset cancels."""
+        inc = np.empty_like(v)
+        np.subtract(v[1:], v[:-1], out=inc[1:])
+        np.copyto(inc, v, where=inc < 0)
         inc[first] = 0.0
-        c = np.cumsum(inc)
-        return np.asarray(c - np.repeat(c[bounds[:-1]], np.diff(bounds)))
+        return np.cumsum(inc, out=inc)
 
     ctx, crx = cumulative(tx), cumulative(rx)
+    del tx, rx
     grid = np.arange(start, end, dt)
     g = len(grid)
     # Grid point j of an endpoint interpolates between its last sample at or
@@ -259,10 +272,10 @@ def silhouette(d: np.ndarray, labels: np.ndarray) -> float:
     g = int(labels.max()) + 1
     if not 1 < g < n:
         return 0.0
-    order = np.argsort(labels, kind="stable")
     sizes = np.bincount(labels, minlength=g)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    sums = np.add.reduceat(d[:, order], starts, axis=1)  # (n, g)
+    onehot = np.zeros((n, g))
+    onehot[np.arange(n), labels] = 1.0
+    sums = d @ onehot  # (n, g): each point's distance sum to every cluster
     own = sizes[labels]
     a = sums[np.arange(n), labels] / np.maximum(own - 1, 1)
     mean_other = sums / np.maximum(sizes, 1)[None, :]
@@ -619,16 +632,16 @@ def _network_pairs(chunks: list[np.ndarray], host_of: np.ndarray) -> np.ndarray:
     """Unique unordered pairs that cross hosts (same-host traffic stays on NVLink)."""
     if not chunks:
         return np.zeros((0, 2), dtype=np.int64)
-    p = np.concatenate(chunks).astype(np.int64)
-    p = np.sort(p, axis=1)
-    p = p[host_of[p[:, 0]] != host_of[p[:, 1]]]
-    if not len(p):
-        return np.asarray(p)
-    n = int(host_of.shape[0])
-    # One int per pair, sorted, neighbours compared (np.unique hashes, slower here).
-    flat = np.sort(p[:, 0] * n + p[:, 1])
-    flat = flat[np.concatenate([[True], flat[1:] != flat[:-1]])]
-    return np.stack([flat // n, flat % n], axis=1)
+    p = np.concatenate(chunks)
+    lo, hi = np.minimum(p[:, 0], p[:, 1]), np.maximum(p[:, 0], p[:, 1])
+    del p
+    keep = host_of[lo] != host_of[hi]
+    lo, hi = lo[keep], hi[keep]
+    o = pair_order(lo, hi, int(host_of.shape[0]))
+    lo, hi = lo[o], hi[o]
+    new = np.ones(len(lo), dtype=bool)
+    new[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+    return np.stack([lo[new], hi[new]], axis=1).astype(np.int64, copy=False)
 
 
 def rail_aligned(topo: Topology, job: str, eps: list[str], why: str) -> Skeleton:
@@ -658,10 +671,12 @@ def ping_list(sk: Skeleton) -> dict[str, list[str]]:
     bits = owner_bits(h[lo], h[hi])
     src = np.where(bits == 0, lo, hi)
     dst = np.where(bits == 0, hi, lo)
-    order = np.argsort(src * len(eps) + rank[dst])
+    order = pair_order(src, rank[dst], len(eps))
     src, dst = src[order], dst[order]
-    out: dict[str, list[str]] = {e: [] for e in sorted(eps)}
+    names = np.asarray(eps, dtype=object)[dst]
     bounds = np.searchsorted(src, np.arange(len(eps) + 1))
+    out: dict[str, list[str]] = {e: [] for e in sorted(eps)}
     for i, e in enumerate(eps):
-        out[e] = [eps[j] for j in dst[bounds[i]:bounds[i + 1]]]
+        out[e] = names[bounds[i]:bounds[i + 1]].tolist()
+    return out
     return out

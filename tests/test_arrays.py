@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from netskel.arrays import factorize, unique, unique_inverse, unique_rows_inverse
+from netskel.arrays import factorize, pair_order, unique, unique_inverse, unique_rows_inverse
 
 
 @pytest.mark.parametrize("n", [0, 1, 1000])
@@ -29,3 +29,13 @@ def test_agree_with_numpy(n):
             nk, nik = np.unique(k, axis=0, return_inverse=True)
             np.testing.assert_array_equal(uk, nk)
             np.testing.assert_array_equal(ik, nik.ravel())
+
+
+@pytest.mark.parametrize("n", [7, 1 << 16, (1 << 16) + 5])
+def test_pair_order_is_lexicographic_and_stable(n):
+    """Both the radix path (ids below 2**16) and the wide-key path order
+    pairs as numpy's lexsort does, ties kept in input order."""
+    rng = np.random.default_rng(n)
+    a = rng.integers(0, n, 50_000)
+    b = rng.integers(0, min(n, 40), 50_000)  # many exact ties
+    assert np.array_equal(pair_order(a, b, n), np.lexsort((b, a)))
