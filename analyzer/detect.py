@@ -162,6 +162,39 @@ class Detector:
         self._cap = cap
 
     # -- one window of rows ---------------------------------------------------
+    def judge_check(self, keys: list[RowKey], stats: np.ndarray, sent: np.ndarray,
+                    lost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(loss, slow, unreachable, reference median) of an active check's
+        windows, judged against the rows' histories without joining them: a
+        check is a second opinion, not part of the pair's record. A row
+        without history is judged on loss alone."""
+        cfg = self.cfg
+        sent = np.asarray(sent, dtype=np.int64)
+        lost = np.asarray(lost, dtype=np.int64)
+        n, h = len(keys), self.hist.shape[1]
+        hist = np.full((n, h, len(STATS)), np.nan, dtype=np.float32)
+        valid = np.zeros((n, h), dtype=bool)
+        hs, hl = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        at = np.array([i for i, k in enumerate(keys) if k in self.index], dtype=np.int64)
+        if len(at):
+            rows = np.array([self.index[keys[i]] for i in at], dtype=np.int64)
+            hist[at], valid[at] = self.hist[rows], self.hvalid[rows]
+            hs[at], hl[at] = self.hsent[rows].sum(axis=1), self.hlost[rows].sum(axis=1)
+        base = np.minimum(np.maximum(cfg.loss_baseline, hl / np.maximum(hs, 1)), 0.5)
+        loss_p = np.ones(len(keys))
+        some = lost > 0
+        loss_p[some] = sps.binom.sf(lost[some] - 1, sent[some], base[some])
+        loss = (lost >= cfg.loss_min_lost) & (loss_p < cfg.loss_alpha / max(1, len(keys)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref_med = np.nanmedian(np.where(valid, hist[:, :, MEDIAN], np.nan), axis=1)
+            ref_p25 = np.nanmedian(np.where(valid, hist[:, :, P25], np.nan), axis=1)
+        need = np.maximum(cfg.latency_min_shift_us, cfg.latency_rel_shift * np.nan_to_num(ref_med))
+        with np.errstate(invalid="ignore"):
+            slow = (np.isfinite(stats).all(axis=1) & (valid.sum(axis=1) >= cfg.lof_min_history)
+                    & (stats[:, MEDIAN] - ref_med >= need) & (stats[:, P25] - ref_p25 >= need))
+        return loss, slow, lost >= sent, ref_med
+
     def observe(self, rows: np.ndarray, stats: np.ndarray, sent: np.ndarray, lost: np.ndarray,
                 window_start: float, window_end: float, groups: Groups | None = None
                 ) -> tuple[Observation, DriftReport | None]:

@@ -6,11 +6,12 @@ live and offline analysis run the very same code."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Container, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
@@ -37,6 +38,8 @@ class PairVerdict:
     pair: Pair
     verdict: str
     reason: str
+    route_from: str = ""  # the endpoint whose agent traced `route`
+    route: str = ""       # latest traced underlay route from there, switch ids joined by ">"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,17 @@ class Diagnosis:
     verdict: str
     pairs: list[PairVerdict]
     incidents: list[Incident]
+    check_findings: list[Incident] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """An active check judged: why each checked pair is anomalous (absent:
+    healthy), and the components those anomalies point to now."""
+
+    checked: set[Pair]
+    reasons: dict[Pair, str]
+    findings: list[Incident]
 
 
 @dataclass
@@ -81,7 +95,8 @@ class Analyzer:
         self._streak_drift: dict[tuple[str, str], tuple[int, float]] = {}
         self.detector = Detector(cfg)
         self._cand_cache: dict[tuple[Pair, str], dict[str, float]] = {}
-        self._routes: dict[Pair, str] = {}  # latest traced route, oriented pair[0] -> pair[1]
+        # Latest traced route per pair: (the prober that traced it, route from it).
+        self._routes: dict[Pair, tuple[str, str]] = {}
         self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
         self._silent: set[str] = set()
         self.overlay = OverlayTables(topo)
@@ -142,9 +157,11 @@ class Analyzer:
         return self.tick(float("inf"))
 
     def _candidates(self, pair: Pair) -> dict[str, float]:
-        """Links the pair may cross: its traced route when one was reported,
-        else every shortest path (cached: the topology is fixed)."""
-        route = self._routes.get(pair, "")
+        """Links the pair may cross (cached: the topology is fixed). A probe
+        goes and returns: the traced route is the going half, crossed for
+        sure (weight 1); the reply may hash onto any ECMP alternative, so
+        every shortest path keeps its spread weight unless the trace pins it."""
+        route = self._routes.get(pair, ("", ""))[1]
         got = self._cand_cache.get((pair, route))
         if got is None:
             a, b = pair
@@ -154,7 +171,8 @@ class Analyzer:
                 na, nb = self.topo.endpoints[a].nic, self.topo.endpoints[b].nic
                 hops = route.split(">") if route else []
                 if hops and all(h in self.topo.switches for h in hops):
-                    got = self.paths.route_links(na, nb, hops)
+                    got = {**self.paths.weighted_links(na, nb),
+                           **self.paths.route_links(na, nb, hops)}
                 else:
                     got = self.paths.weighted_links(na, nb)
             self._cand_cache[(pair, route)] = got
@@ -179,8 +197,7 @@ class Analyzer:
         self._silent = {e for e, t in self._last_probe.items() if horizon <= t < start}
         for w in windows:
             if w.route:
-                self._routes[pair_key(w.src, w.dst)] = w.route if w.src <= w.dst else \
-                    ">".join(reversed(w.route.split(">")))
+                self._routes[pair_key(w.src, w.dst)] = (w.src, w.route)
 
     def process(self, start: float, end: float, windows: Sequence[WindowStats]) -> list[Incident]:
         metrics.WINDOWS_ANALYZED.inc(len(windows))
@@ -378,6 +395,84 @@ class Analyzer:
                if (i.end is None or not open_only) and (i.end is None or i.end >= since)]
         return sorted(out, key=lambda i: (i.start, i.id))
 
+    def check_pairs(self, endpoints: Sequence[str], pairs: Sequence[Pair]) -> list[Pair]:
+        """The monitored pairs an active check of these endpoints and pairs
+        covers; unknown endpoints are an error, as for Diagnose."""
+        if not endpoints and not pairs:
+            raise InputError("Diagnose: name at least one endpoint or pair")
+        for e in (*endpoints, *(x for p in pairs for x in p)):
+            if e not in self.known_endpoints:
+                raise NotFoundError(f"Diagnose: unknown endpoint '{e}'")
+        asked = [pair_key(a, b) for a, b in pairs]
+        for e in endpoints:
+            asked.extend(sorted(self._by_endpoint.get(e, ())))
+        return list(dict.fromkeys(asked))
+
+    def judge_check(self, windows: Sequence[WindowStats], now: float) -> CheckOutcome:
+        """An active check's windows (one per pair and size, routes freshly
+        traced) judged against each pair's history, then localized with the
+        latest analysed window's healthy pairs clearing what they cross."""
+        good = [w for w in windows if w.problem() is None]
+        for w in good:
+            if w.route:
+                self._routes[pair_key(w.src, w.dst)] = (w.src, w.route)
+        stats = np.array([[getattr(w, k) for k in STATS] for w in good],
+                         dtype=np.float64).reshape(len(good), len(STATS))
+        loss, slow, unreachable, ref = self.detector.judge_check(
+            [(w.src, w.dst, w.size) for w in good], stats,
+            np.array([w.sent for w in good]), np.array([w.lost for w in good]))
+        checked: set[Pair] = set()
+        notes: dict[Pair, list[str]] = defaultdict(list)
+        symptoms: dict[Pair, list[str]] = defaultdict(list)
+        for i, w in enumerate(good):
+            p = pair_key(w.src, w.dst)
+            checked.add(p)
+            if unreachable[i]:
+                symptoms[p].append("unreachable")
+                notes[p].append(f"{w.size} B: all {w.sent} probes lost")
+            elif loss[i]:
+                symptoms[p].append("loss")
+                notes[p].append(f"{w.size} B: {w.lost}/{w.sent} lost")
+            if slow[i]:
+                symptoms[p].append("latency")
+                notes[p].append(f"{w.size} B: median RTT {w.rtt_median:.0f} us, "
+                                f"typically {ref[i]:.0f} us")
+        for p, s in symptoms.items():  # unreachable only when no size got through
+            if "unreachable" in s and not all(x == "unreachable" for x in s):
+                symptoms[p] = [x if x != "unreachable" else "loss" for x in s]
+        anomalous = {p: worst_symptom(s) for p, s in symptoms.items()}
+        healthy = checked - set(anomalous)
+        if self._seen:
+            last = self._seen[-1]
+            healthy |= {self._pairs[int(i)] for i in last.pairs.tolist()
+                        if int(i) not in last.anomalous} - set(anomalous)
+        findings = self._localize(anomalous, healthy) if anomalous else []
+        return CheckOutcome(
+            checked=checked, reasons={p: "; ".join(n) for p, n in notes.items()},
+            findings=[Incident(id=f"check-{k + 1}", start=now, end=now, symptom=f.symptom,
+                               layer=f.layer, component=f.component, pairs=sorted(f.pairs),
+                               confidence=f.confidence, evidence=f.evidence)
+                      for k, f in enumerate(findings)])
+
+    @staticmethod
+    def with_check(d: Diagnosis, outcome: CheckOutcome, unchecked: dict[Pair, str]) -> Diagnosis:
+        """A diagnosis from state, overruled by an active check where the
+        check measured: its result is seconds old, the state's minutes."""
+        verdicts = []
+        for v in d.pairs:
+            if v.pair in outcome.reasons:
+                v = dataclasses.replace(v, verdict=FAULT,
+                                        reason=f"active check: {outcome.reasons[v.pair]}")
+            elif v.pair in outcome.checked:
+                v = dataclasses.replace(v, verdict=OK, reason="active check: every size healthy")
+            elif v.pair in unchecked:
+                v = dataclasses.replace(v, reason=f"{v.reason}; not checked: {unchecked[v.pair]}")
+            verdicts.append(v)
+        kinds = {v.verdict for v in verdicts}
+        overall = FAULT if FAULT in kinds else INCONCLUSIVE if INCONCLUSIVE in kinds else OK
+        return Diagnosis(verdict=overall, pairs=verdicts, incidents=d.incidents,
+                         check_findings=outcome.findings)
+
     def diagnose(self, endpoints: Sequence[str], pairs: Sequence[Pair], start: float, end: float,
                  now: float) -> Diagnosis:
         if not endpoints and not pairs:
@@ -416,6 +511,9 @@ class Analyzer:
                 verdicts.append(PairVerdict(pair, OK, f"{len(seen)} healthy window(s)"))
             else:
                 verdicts.append(PairVerdict(pair, INCONCLUSIVE, "no probe window in range"))
+        verdicts = [dataclasses.replace(v, route_from=self._routes[v.pair][0],
+                                        route=self._routes[v.pair][1])
+                    if v.pair in self._routes else v for v in verdicts]
         kinds = {v.verdict for v in verdicts}
         overall = FAULT if FAULT in kinds else INCONCLUSIVE if INCONCLUSIVE in kinds else OK
         return Diagnosis(verdict=overall, pairs=verdicts,

@@ -11,14 +11,18 @@ from dataclasses import dataclass
 import grpc
 
 from analyzer.engine import Analyzer
-from analyzer.service import IncidentHub, NetDiagService
+from analyzer.localize import Pair
+from analyzer.service import CheckRunner, IncidentHub, NetDiagService
 from netskel import serde
+from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
 from netskel.backoff import Backoff
 from netskel.config import AnalyzerConfig
+from netskel.errors import InputError, UnavailableError
 from netskel.grpcserver import make_server
+from netskel.model import WindowStats, pair_key
 from netskel.topology import load_topology
 
 log = logging.getLogger(__name__)
@@ -70,12 +74,31 @@ def _follow_feed(cfg: AnalyzerConfig, engine: Analyzer, lock: threading.Lock,
         stop.wait(backoff.next())
 
 
+def controller_checks(target: str) -> CheckRunner:
+    """Active checks through the controller's ActiveCheck (one channel)."""
+    channel = grpc.insecure_channel(target)
+    stub = pb_grpc.ControllerStub(channel)
+
+    def run(pairs: list[Pair], seconds: float) -> tuple[list[WindowStats], dict[Pair, str]]:
+        req = pb.ActiveCheckRequest(pairs=[cpb.EndpointPair(a=a, b=b) for a, b in pairs],
+                                    duration_s=seconds)
+        try:
+            resp = stub.ActiveCheck(req, timeout=(seconds or 3.0) + 15.0)
+        except grpc.RpcError as e:
+            if e.code() in (grpc.StatusCode.INVALID_ARGUMENT,):
+                raise InputError(f"active check: {e.details()}") from None
+            raise UnavailableError(f"active check: controller {target}: {e.code().name}") from None
+        return ([serde.window_from_pb(w) for w in resp.windows],
+                {pair_key(u.pair.a, u.pair.b): u.reason for u in resp.unchecked})
+    return run
+
+
 def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0) -> RunningAnalyzer:
     topo = load_topology(cfg.topology)
     engine = Analyzer(topo, cfg)
     lock = threading.Lock()
     hub = IncidentHub()
-    service = NetDiagService(engine, lock, hub)
+    service = NetDiagService(engine, lock, hub, run_check=controller_checks(cfg.controller))
     server, ports, _ = make_server(
         [SERVICE], lambda s: dpb_grpc.add_NetDiagServicer_to_server(service, s), cfg.listen)
     stop = threading.Event()

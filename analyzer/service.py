@@ -10,12 +10,14 @@ from collections.abc import Callable, Iterator
 import grpc
 
 from analyzer.engine import Analyzer
+from analyzer.localize import Pair
 from netskel import serde
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
+from netskel.errors import UnavailableError
 from netskel.grpcserver import map_errors
-from netskel.model import Incident
+from netskel.model import Incident, WindowStats
 
 POLL_S = 0.5
 
@@ -45,9 +47,20 @@ class IncidentHub:
                 self._subs.remove(q)
 
 
+# Runs an active check through the controller: (pairs, probing seconds) ->
+# (windows measured, {pair: why it was not checked}).
+CheckRunner = Callable[[list[Pair], float], tuple[list[WindowStats], dict[Pair, str]]]
+
+
+def _no_checks(pairs: list[Pair], seconds: float) -> tuple[list[WindowStats], dict[Pair, str]]:
+    raise UnavailableError("active checks need the controller; this analyzer has none")
+
+
 class NetDiagService(dpb_grpc.NetDiagServicer):
     def __init__(self, engine: Analyzer, lock: threading.Lock, hub: IncidentHub,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 run_check: CheckRunner = _no_checks) -> None:
+        self.run_check = run_check
         self.engine = engine
         self.lock = lock
         self.hub = hub
@@ -56,14 +69,24 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
     @map_errors
     def Diagnose(self, request: dpb.DiagnoseRequest, context: grpc.ServicerContext
                  ) -> dpb.DiagnoseResponse:
+        endpoints, pairs = list(request.endpoints), serde.pairs_from_pb(request.pairs)
+        if request.active_check:
+            with self.lock:
+                checked = self.engine.check_pairs(endpoints, pairs)
+            # Outside the lock: the check takes seconds, analysis goes on.
+            windows, unchecked = self.run_check(checked, request.check_seconds)
         with self.lock:
-            d = self.engine.diagnose(list(request.endpoints), serde.pairs_from_pb(request.pairs),
-                                     request.start, request.end, self.clock())
+            d = self.engine.diagnose(endpoints, pairs, request.start, request.end, self.clock())
+            if request.active_check:
+                d = self.engine.with_check(d, self.engine.judge_check(windows, self.clock()),
+                                           unchecked)
         return dpb.DiagnoseResponse(
             verdict=serde.VERDICTS[d.verdict],
             incidents=[serde.incident_to_pb(i) for i in d.incidents],
+            check_findings=[serde.incident_to_pb(i) for i in d.check_findings],
             pairs=[dpb.PairVerdict(pair=cpb.EndpointPair(a=v.pair[0], b=v.pair[1]),
-                                   verdict=serde.VERDICTS[v.verdict], reason=v.reason)
+                                   verdict=serde.VERDICTS[v.verdict], reason=v.reason,
+                                   route_from=v.route_from, route=v.route)
                    for v in d.pairs])
 
     @map_errors

@@ -24,6 +24,7 @@ class MemberEndpoint:
     host: str
     rail: int
     ip: str
+    nic_ip: str = ""  # the NIC's underlay address: where route traces start and end
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Target:
     dst_ip: str
     dst_port: int
     active: bool
+    src_nic_ip: str = ""  # underlay addresses of both NICs, for the agent's route traces
+    dst_nic_ip: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -148,7 +151,8 @@ def build_lists(members: Mapping[str, Member],
             dst = b if src == a else a
             dst_member = owner_of[dst]
             t = Target(src=src, dst=dst, dst_ip=ep_of[dst].ip, dst_port=dst_member.probe_port,
-                       active=dst_member.active)
+                       active=dst_member.active, src_nic_ip=ep_of[src].nic_ip,
+                       dst_nic_ip=ep_of[dst].nic_ip)
             lists[owner_of[src].id][t.key] = t
     return lists
 

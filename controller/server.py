@@ -16,7 +16,7 @@ from controller.store import Store
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.config import ControllerConfig
 from netskel.grpcserver import make_server
-from netskel.topology import load_topology
+from netskel.topology import load_switch_addresses, load_topology
 
 log = logging.getLogger(__name__)
 SERVICE = "netskel.api.v1.Controller"
@@ -45,7 +45,9 @@ def start_controller(cfg: ControllerConfig) -> RunningController:
     store = Store(cfg.db)
     state = ControllerState(topo, store, now=time.time(),
                             heartbeat_timeout=cfg.heartbeat_timeout_s)
-    service = ControllerService(state, cfg.heartbeat_interval_ms, cfg.window_seconds)
+    names = load_switch_addresses(cfg.switch_addresses, topo) if cfg.switch_addresses else {}
+    service = ControllerService(state, cfg.heartbeat_interval_ms, cfg.window_seconds,
+                                switch_addresses=names)
     server, ports, _ = make_server(
         [SERVICE], lambda s: pb_grpc.add_ControllerServicer_to_server(service, s), cfg.listen)
     stop = threading.Event()

@@ -12,20 +12,35 @@ import grpc
 
 from controller.state import ControllerState, ListUpdate, ReportEvent
 from netskel import serde
+from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
-from netskel.errors import NotFoundError
+from netskel.errors import InputError, NotFoundError
 from netskel.grpcserver import map_errors, map_errors_stream
-from netskel.model import AgentState, VSwitchDump
+from netskel.model import AgentState, VSwitchDump, WindowStats
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often a blocked stream notices its client went away
+DEFAULT_CHECK_S = 3.0  # active check: probing time when the caller names none
+MAX_CHECK_S = 30.0
+CHECK_SLACK_S = 9.0    # beyond the probing time: probe timeout, route traces, reporting
+CHECK_RATE_HZ = 50.0   # probes per second per target during a check
+
+
+def _prober_silent(a: str, b: str, windows: list[WindowStats], silent: list[str],
+                   unchecked: list[tuple[tuple[str, str], str]]) -> bool:
+    """A pair that was ordered but has no window back: its prober was late."""
+    if not silent or any(p == (a, b) for p, _ in unchecked):
+        return False
+    return not any({w.src, w.dst} == {a, b} for w in windows)
 
 
 class ControllerService(pb_grpc.ControllerServicer):
     def __init__(self, state: ControllerState, heartbeat_interval_ms: int, window_seconds: int,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 switch_addresses: dict[str, str] | None = None) -> None:
         self.state = state
+        self.switch_addresses = dict(switch_addresses or {})
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.window_seconds = window_seconds
         self.clock = clock
@@ -36,7 +51,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.state.register(serde.registration_from_pb(request), self.clock())
         log.info("registered %s (%d endpoints)", request.container, len(request.endpoints))
         return pb.RegisterResponse(heartbeat_interval_ms=self.heartbeat_interval_ms,
-                                   window_seconds=self.window_seconds)
+                                   window_seconds=self.window_seconds,
+                                   switch_addresses=self.switch_addresses)
 
     @map_errors
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
@@ -77,6 +93,10 @@ class ControllerService(pb_grpc.ControllerServicer):
                 elif kind == "vswitch":
                     a, r = self.state.accept_vswitch(report.container,
                                                      serde.vswitch_from_pb(report.vswitch))
+                elif kind == "check":
+                    a, r = self.state.accept_check(
+                        report.container, report.check.id,
+                        [serde.window_from_pb(w) for w in report.check.windows])
                 elif kind == "counters":
                     a, r = self.state.accept_counters(
                         report.container,
@@ -88,6 +108,26 @@ class ControllerService(pb_grpc.ControllerServicer):
             accepted += a
             rejected += r
         return pb.ReportAck(accepted=accepted, rejected=rejected)
+
+    @map_errors
+    def ActiveCheck(self, request: pb.ActiveCheckRequest, context: grpc.ServicerContext
+                    ) -> pb.ActiveCheckResponse:
+        duration = request.duration_s or DEFAULT_CHECK_S
+        if not 0 < duration <= MAX_CHECK_S:
+            raise InputError(f"ActiveCheck: duration_s must be in (0, {MAX_CHECK_S}]")
+        timeout = request.timeout_s or duration + CHECK_SLACK_S
+        check_id, unchecked = self.state.start_check(
+            [(p.a, p.b) for p in request.pairs], duration, CHECK_RATE_HZ)
+        windows, silent = self.state.wait_check(check_id, timeout)
+        if silent:
+            log.warning("check %s: no results from %s", check_id, ", ".join(silent))
+        return pb.ActiveCheckResponse(
+            windows=[serde.window_to_pb(w) for w in windows],
+            unchecked=[pb.UncheckedPair(pair=cpb.EndpointPair(a=a, b=b), reason=why)
+                       for (a, b), why in unchecked]
+            + [pb.UncheckedPair(pair=cpb.EndpointPair(a=p.a, b=p.b),
+                                reason="the prober's agent did not report in time")
+               for p in request.pairs if _prober_silent(p.a, p.b, windows, silent, unchecked)])
 
     def WatchReports(self, request: pb.WatchReportsRequest, context: grpc.ServicerContext
                      ) -> Iterator[pb.ReportEvent]:

@@ -6,12 +6,13 @@ subscribers (the gRPC streams)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.pinglist import (
     JobSkeleton,
@@ -19,6 +20,7 @@ from controller.pinglist import (
     Member,
     MemberEndpoint,
     PingList,
+    Target,
     build_lists,
     diff_lists,
 )
@@ -35,10 +37,28 @@ COUNTER_HISTORY = 6000  # samples kept per endpoint: 10 min at 10 Hz
 
 
 @dataclass(frozen=True)
+class CheckOrder:
+    """Probe these targets now (every size, routes traced) and report."""
+
+    id: str
+    targets: tuple[Target, ...]
+    duration_s: float
+    rate_hz: float
+
+
+@dataclass(frozen=True)
 class ListUpdate:
     version: int
     full: bool
     diff: ListDiff
+    check: CheckOrder | None = None  # rides on the list stream; the list is unchanged
+
+
+@dataclass
+class _PendingCheck:
+    waiting: set[str]  # containers that have not reported yet
+    windows: list[WindowStats] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 ReportEvent = Sequence[WindowStats] | AgentState | VSwitchDump
@@ -62,6 +82,8 @@ class ControllerState:
         self.skeletons: dict[str, JobSkeleton] = {}
         self.inference: dict[str, dict[str, object]] = {}  # last result per job, for people
         self.membership_changed = threading.Event()
+        self._checks: dict[str, _PendingCheck] = {}
+        self._check_ids = itertools.count(1)
         # Topology containers that deregistered: gone until they register again.
         self.departed: set[str] = set()
         if store is not None:
@@ -82,13 +104,15 @@ class ControllerState:
             if c.id in self.departed:
                 continue
             eps = tuple(MemberEndpoint(id=e.id, nic=e.nic, host=c.host,
-                                       rail=self.topo.nics[e.nic].rail, ip=e.ip or "")
+                                       rail=self.topo.nics[e.nic].rail, ip=e.ip or "",
+                                       nic_ip=self.topo.nics[e.nic].ip or "")
                         for e in c.endpoints)
             members[c.id] = Member(id=c.id, job=c.job, host=c.host, endpoints=eps,
                                    probe_port=0, active=False)
         for r in self.regs.values():
             eps = tuple(MemberEndpoint(id=e.id, nic=e.nic, host=r.host,
-                                       rail=self.topo.nics[e.nic].rail, ip=e.ip)
+                                       rail=self.topo.nics[e.nic].rail, ip=e.ip,
+                                       nic_ip=self.topo.nics[e.nic].ip or "")
                         for e in r.endpoints)
             members[r.container] = Member(id=r.container, job=r.job, host=r.host, endpoints=eps,
                                           probe_port=r.probe_port, active=r.ready)
@@ -230,6 +254,66 @@ class ControllerState:
             subs = self._list_subs.get(container, [])
             if q in subs:
                 subs.remove(q)
+
+    # -- active checks ------------------------------------------------------
+    def start_check(self, pairs: Sequence[tuple[str, str]], duration_s: float, rate_hz: float
+                    ) -> tuple[str, list[tuple[tuple[str, str], str]]]:
+        """Order the probing agents of these pairs to check them now; returns
+        the check id and the pairs that cannot be checked, with why."""
+        with self._lock:
+            owner = {k: cid for cid, plist in self.lists.items() for k in plist}
+            orders: dict[str, list[Target]] = {}
+            unchecked: list[tuple[tuple[str, str], str]] = []
+            for a, b in pairs:
+                key = (a, b) if (a, b) in owner else (b, a)
+                cid = owner.get(key)
+                if cid is None:
+                    unchecked.append(((a, b), "not a monitored pair"))
+                elif not self.lists[cid][key].active:
+                    unchecked.append(((a, b), "the target's agent is not ready"))
+                elif not self._list_subs.get(cid):
+                    unchecked.append(((a, b), f"the prober {cid} is not connected"))
+                else:
+                    orders.setdefault(cid, []).append(self.lists[cid][key])
+            check_id = f"chk-{next(self._check_ids)}"
+            pending = _PendingCheck(waiting=set(orders))
+            self._checks[check_id] = pending
+            for cid, targets in orders.items():
+                order = CheckOrder(check_id, tuple(targets), duration_s, rate_hz)
+                for q in self._list_subs[cid]:
+                    q.put(ListUpdate(version=self.versions[cid], full=False,
+                                     diff=ListDiff(upsert=(), remove=()), check=order))
+            if not orders:
+                pending.done.set()
+            return check_id, unchecked
+
+    def accept_check(self, container: str, check_id: str, windows: Sequence[WindowStats]
+                     ) -> tuple[int, int]:
+        """One agent's check results; windows for targets it was not asked
+        to check are rejected (so are results for an unknown or finished check)."""
+        with self._lock:
+            pending = self._checks.get(check_id)
+            if pending is None or container not in pending.waiting:
+                return 0, len(windows)
+            mine = {e.id for e in self.regs[container].endpoints} if container in self.regs \
+                else set()
+            ok = [w for w in windows if w.src in mine and w.problem() is None]
+            pending.windows.extend(ok)
+            pending.waiting.discard(container)
+            if not pending.waiting:
+                pending.done.set()
+            return len(ok), len(windows) - len(ok)
+
+    def wait_check(self, check_id: str, timeout_s: float) -> tuple[list[WindowStats], list[str]]:
+        """(the windows reported, the containers that did not report in time)."""
+        with self._lock:
+            pending = self._checks.get(check_id)
+        if pending is None:
+            raise NotFoundError(f"unknown check '{check_id}'")
+        pending.done.wait(timeout_s)
+        with self._lock:
+            self._checks.pop(check_id, None)
+            return list(pending.windows), sorted(pending.waiting)
 
     # -- reports ------------------------------------------------------------
     def accept_windows(self, container: str, windows: Sequence[WindowStats]) -> tuple[int, int]:

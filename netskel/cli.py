@@ -49,7 +49,8 @@ def cmd_controller(a: argparse.Namespace) -> int:
     cfg = ControllerConfig(topology=a.topology, listen=tuple(a.listen), db=a.db,
                            heartbeat_interval_ms=a.heartbeat_ms,
                            heartbeat_timeout_s=a.heartbeat_timeout,
-                           window_seconds=a.window, metrics_port=a.metrics_port)
+                           window_seconds=a.window, metrics_port=a.metrics_port,
+                           switch_addresses=a.switch_addresses or "")
     _metrics(cfg.metrics_port)
     running = start_controller(cfg)
     print(f"controller listening on {running.ports}", flush=True)
@@ -71,7 +72,9 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       counter_hz=a.counter_hz, metrics_port=a.metrics_port,
                       vswitch=a.vswitch or env("NETSKEL_VSWITCH", ""),
                       vswitch_tunnel_ports=tuple(a.vswitch_tunnel_port or ()), vswitch_vni=a.vswitch_vni,
-                      vswitch_interval_s=a.vswitch_interval)
+                      vswitch_interval_s=a.vswitch_interval,
+                      underlay_netns=a.underlay_netns or env("NETSKEL_UNDERLAY_NETNS", ""),
+                      trace_interval_s=a.trace_interval)
     agent = Agent(cfg)
     agent.start()
     _metrics(cfg.metrics_port)  # up only once the agent is: readiness for scrapers too
@@ -196,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--heartbeat-timeout", type=float, default=10.0)
     c.add_argument("--window", type=int, default=30, help="statistics window, seconds")
     c.add_argument("--metrics-port", type=int, default=0)
+    c.add_argument("--switch-addresses", help="JSON file: router interface address -> switch "
+                   "id, to name the hops of agents' route traces")
     c.set_defaults(fn=cmd_controller, listen_default=["127.0.0.1:7000"])
 
     g = sub.add_parser("agent", help="the probing sidecar (flags or NETSKEL_* environment)")
@@ -214,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenFlow port that is a tunnel (repeatable)")
     g.add_argument("--vswitch-vni", type=int, default=0, help="VNI of the tunnel ports")
     g.add_argument("--vswitch-interval", type=float, default=10.0, help="seconds between dumps")
+    g.add_argument("--underlay-netns", help="the host's network namespace file (e.g. "
+                   "/proc/1/ns/net): route traces between NICs run there")
+    g.add_argument("--trace-interval", type=float, default=60.0,
+                   help="seconds between route traces of each NIC pair")
     g.set_defaults(fn=cmd_agent)
 
     n = sub.add_parser("analyzer", help="follow the report feed and serve NetDiag")

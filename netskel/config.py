@@ -25,6 +25,9 @@ class ControllerConfig:
     window_seconds: int = 30           # statistics window the agents report
     reinfer_seconds: float = 60.0      # skeleton re-inference period; 0 = never
     metrics_port: int = 0              # Prometheus /metrics; 0 = off
+    # JSON {"router interface address": "switch id"} from the network's
+    # inventory, handed to agents so their route traces name switches; "" = none
+    switch_addresses: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,12 @@ class AgentConfig:
     vswitch_tunnel_ports: tuple[int, ...] = ()  # OpenFlow ports that are tunnels
     vswitch_vni: int = 0               # VNI of those tunnels when rules do not set one
     vswitch_interval_s: float = 10.0   # seconds between table dumps
+    # Network namespace file of the host (e.g. /proc/1/ns/net with hostPID,
+    # /var/run/netns/NAME): where the NICs' underlay addresses live. Route
+    # traces run there; "" = no traces (the analyzer then spreads its link
+    # vote over the ECMP alternatives).
+    underlay_netns: str = ""
+    trace_interval_s: float = 60.0     # seconds between route traces of each NIC pair
     metrics_port: int = 0
 
 

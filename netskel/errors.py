@@ -12,3 +12,7 @@ class InputError(NetskelError):
 
 class NotFoundError(NetskelError):
     """An id names nothing we know."""
+
+
+class UnavailableError(NetskelError):
+    """A service this one depends on cannot be reached now; retry later."""

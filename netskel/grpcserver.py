@@ -13,7 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from netskel.errors import InputError, NotFoundError
+from netskel.errors import InputError, NotFoundError, UnavailableError
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,6 +30,8 @@ def map_errors(fn: F) -> F:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except NotFoundError as e:
             context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+        except UnavailableError as e:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
     return wrapper  # type: ignore[return-value]
 
@@ -45,6 +47,8 @@ def map_errors_stream(fn: F) -> F:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except NotFoundError as e:
             context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+        except UnavailableError as e:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
     return wrapper  # type: ignore[return-value]
 

@@ -18,6 +18,9 @@ FEED_DROPPED = Counter("netskel_feed_dropped_total", "Report events dropped for 
 # agent
 VSWITCH_DUMP_FAILURES = Counter("netskel_agent_vswitch_dump_failures_total",
                                 "Virtual-switch table dumps that failed")
+ROUTE_TRACES = Counter("netskel_agent_route_traces_total",
+                       "Underlay route traces by outcome: named (every hop a known switch), "
+                       "partial (a hop silent or unknown), failed", ["outcome"])
 PROBES_SENT = Counter("netskel_probes_sent_total", "Probes sent", ["proto", "size"])
 PROBES_LOST = Counter("netskel_probes_lost_total", "Probes without a reply in time",
                       ["proto", "size"])

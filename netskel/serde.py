@@ -9,7 +9,7 @@ from google.protobuf import json_format, struct_pb2
 
 from controller.pinglist import Target
 from controller.registration import RegEndpoint, Registration
-from controller.state import ListUpdate
+from controller.state import CheckOrder, ListUpdate
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import netdiag_pb2 as dpb
@@ -62,25 +62,39 @@ def registration_from_pb(m: pb.RegisterRequest) -> Registration:
 # -- ping lists ---------------------------------------------------------------
 def target_to_pb(t: Target) -> pb.PingTarget:
     return pb.PingTarget(src=t.src, dst=t.dst, dst_ip=t.dst_ip, dst_port=t.dst_port,
-                         active=t.active)
+                         active=t.active, src_nic_ip=t.src_nic_ip, dst_nic_ip=t.dst_nic_ip)
 
 
 def target_from_pb(m: pb.PingTarget) -> Target:
-    return Target(src=m.src, dst=m.dst, dst_ip=m.dst_ip, dst_port=m.dst_port, active=m.active)
+    return Target(src=m.src, dst=m.dst, dst_ip=m.dst_ip, dst_port=m.dst_port, active=m.active,
+                  src_nic_ip=m.src_nic_ip, dst_nic_ip=m.dst_nic_ip)
 
 
 def list_update_to_pb(u: ListUpdate) -> pb.PingListUpdate:
-    return pb.PingListUpdate(
+    m = pb.PingListUpdate(
         version=u.version, full=u.full,
         upsert=[target_to_pb(t) for t in u.diff.upsert],
         remove=[pb.PingTarget(src=s, dst=d) for s, d in u.diff.remove])
+    if u.check is not None:
+        m.check.CopyFrom(check_order_to_pb(u.check))
+    return m
+
+
+def check_order_to_pb(c: CheckOrder) -> pb.CheckOrder:
+    return pb.CheckOrder(id=c.id, targets=[target_to_pb(t) for t in c.targets],
+                         duration_s=c.duration_s, rate_hz=c.rate_hz)
+
+
+def check_order_from_pb(m: pb.CheckOrder) -> CheckOrder:
+    return CheckOrder(id=m.id, targets=tuple(target_from_pb(t) for t in m.targets),
+                      duration_s=m.duration_s, rate_hz=m.rate_hz)
 
 
 # -- reports ------------------------------------------------------------------
 def window_to_pb(w: WindowStats) -> cpb.WindowStats:
     m = cpb.WindowStats(src=w.src, dst=w.dst, window_start=w.window_start,
                         window_end=w.window_end, size=w.size, sent=w.sent, lost=w.lost,
-                        proto=w.proto)
+                        proto=w.proto, route=w.route)
     for k in _STATS:
         setattr(m, k, getattr(w, k))
     return m
@@ -92,7 +106,7 @@ def window_from_pb(m: cpb.WindowStats) -> WindowStats:
         stats = {k: math.nan for k in _STATS}
     return WindowStats(src=m.src, dst=m.dst, window_start=m.window_start,
                        window_end=m.window_end, size=m.size, sent=m.sent, lost=m.lost,
-                       proto=m.proto or "udp", **stats)
+                       proto=m.proto or "udp", route=m.route, **stats)
 
 
 def counter_to_pb(s: CounterSample) -> pb.CounterSample:

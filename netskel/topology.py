@@ -6,6 +6,7 @@ taken from the explicit fields, never parsed out of an id.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -295,6 +296,29 @@ def load_topology(path: str | Path) -> Topology:
     except json.JSONDecodeError as e:
         raise InputError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     return parse_topology(doc, str(p))
+
+
+def load_switch_addresses(path: str | Path, topo: Topology) -> dict[str, str]:
+    """{router interface address: switch id} from an inventory file (JSON
+    object). The topology contract has no switch addresses, but a route
+    trace sees only addresses; every id must be a switch of `topo`."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{p}: not a JSON document ({e})") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{p}: expected an object of address -> switch id")
+    for addr, sw in doc.items():
+        if not isinstance(sw, str) or sw not in topo.switches:
+            raise InputError(f"{p}: address '{addr}' names unknown switch {sw!r}")
+        try:
+            ipaddress.ip_address(addr)
+        except ValueError:
+            raise InputError(f"{p}: '{addr}' is not an IP address") from None
+    return dict(doc)
 
 
 def topology_to_doc(topo: Topology) -> dict[str, Any]:

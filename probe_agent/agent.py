@@ -5,6 +5,7 @@ its statistics queued (bounded) and reconnects with backoff."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import random
@@ -24,7 +25,7 @@ from netskel.backoff import Backoff
 from netskel.config import AgentConfig
 from netskel.errors import InputError
 from netskel.model import CounterSample, VSwitchDump, WindowStats
-from probe_agent import counters, vswitch, wire
+from probe_agent import check, counters, trace, vswitch, wire
 from probe_agent.udp import Prober, ProbeTarget, Responder
 from probe_agent.window import WindowAccumulator
 
@@ -65,11 +66,15 @@ class Agent:
         self.probe_port = self.responder.port
         sizes = {e.id: size_classes(cfg.sizes, counters.interface_mtu(e.ifname) if e.ifname
                                     else None) for e in self.endpoints}
+        self.sizes = sizes
         self._acc_lock = threading.Lock()
         self.acc = WindowAccumulator(self.window_s, cfg.probe_timeout_s)
         self.prober = Prober({e.id: e.ip for e in self.endpoints}, sizes, cfg.probe_rate_hz,
                              cfg.probe_timeout_s, self._on_sent, self._on_reply)
         self.targets: dict[tuple[str, str], Target] = {}
+        self.switch_names: dict[str, str] = {}  # router address -> switch id, from the controller
+        self.routes: dict[tuple[str, str], str] = {}  # (src, dst) endpoint -> traced route
+        self._trace_now = threading.Event()
         self.list_version = 0
         self.registered = False
         self.ready = True  # the responder sockets are bound
@@ -97,7 +102,9 @@ class Agent:
 
     def _close_windows(self) -> list[WindowStats]:
         with self._acc_lock:
-            return self.acc.close(time.time())
+            done = self.acc.close(time.time())
+        routes = self.routes
+        return [dataclasses.replace(w, route=routes.get((w.src, w.dst), "")) for w in done]
 
     def _window_loop(self) -> None:
         while not self.stop_event.wait(1.0):
@@ -142,8 +149,58 @@ class Agent:
             self._enqueue(pb.AgentReport(container=self.cfg.container,
                                          vswitch=serde.vswitch_to_pb(dump)))
 
+    def _trace_loop(self) -> None:
+        """Each NIC pair's underlay route, traced from the host's namespace:
+        soon after the list changes, then every interval (jittered). Routes
+        follow the windows to the analyzer, whose link vote then accuses the
+        links a pair really crossed instead of all its ECMP alternatives."""
+        if not self.cfg.underlay_netns:
+            return
+        self.stop_event.wait(random.uniform(0.5, 2.0))  # stagger agents started together
+        while not self.stop_event.is_set():
+            self._trace_now.clear()
+            targets = [t for t in self.targets.values()
+                       if t.active and t.src_nic_ip and t.dst_nic_ip]
+            traces = trace.trace_all([(t.src_nic_ip, t.dst_nic_ip) for t in targets],
+                                     self.cfg.underlay_netns, self.stop_event)
+            names = self.switch_names
+            routes: dict[tuple[str, str], str] = {}
+            for t in targets:
+                tr = traces.get((t.src_nic_ip, t.dst_nic_ip))
+                if tr is None:
+                    continue
+                routes[t.key] = tr.route(names)
+            for tr in traces.values():
+                outcome = "failed" if tr.error else ("named" if tr.route(names) else "partial")
+                metrics.ROUTE_TRACES.labels(outcome).inc()
+                if tr.error:
+                    log.info("trace %s -> %s: %s", tr.src_ip, tr.dst_ip, tr.error)
+            self.routes = routes
+            wait = self.cfg.trace_interval_s * random.uniform(0.9, 1.1)
+            deadline = time.monotonic() + wait
+            while not self.stop_event.is_set() and time.monotonic() < deadline:
+                if self._trace_now.wait(min(1.0, deadline - time.monotonic())):
+                    break
+
     # -- ping list ----------------------------------------------------------
+    def _run_check(self, order: pb.CheckOrder) -> None:
+        """An active check beside the regular probing; its windows go back
+        on the report stream, tagged with the check's id."""
+        o = serde.check_order_from_pb(order)
+        windows = check.run_check(o.targets, o.duration_s, o.rate_hz,
+                                  {e.id: e.ip for e in self.endpoints}, self.sizes,
+                                  self.cfg.probe_timeout_s, self.cfg.underlay_netns,
+                                  self.switch_names, self.stop_event)
+        log.info("check %s: %d targets, %d windows", o.id, len(o.targets), len(windows))
+        self._enqueue(pb.AgentReport(container=self.cfg.container, check=pb.CheckResult(
+            id=o.id, windows=[serde.window_to_pb(w) for w in windows])))
+
     def apply_update(self, u: pb.PingListUpdate) -> None:
+        if u.HasField("check"):
+            threading.Thread(target=self._run_check, args=(u.check,), name="check",
+                             daemon=True).start()
+            if not (u.full or u.upsert or u.remove):
+                return
         if u.full:
             self.targets = {}
         for m in u.upsert:
@@ -154,6 +211,7 @@ class Agent:
         self.list_version = u.version
         self.prober.set_targets(ProbeTarget(t.src, t.dst, t.dst_ip, t.dst_port)
                                 for t in self.targets.values() if t.active)
+        self._trace_now.set()
         log.info("ping list v%d: %d targets, %d active", u.version, len(self.targets),
                  sum(t.active for t in self.targets.values()))
 
@@ -181,6 +239,7 @@ class Agent:
             resp = stub.Register(serde.registration_to_pb(self.registration()), timeout=5)
             self.registered = True
             self.heartbeat_s = resp.heartbeat_interval_ms / 1000 or 1.0
+            self.switch_names = dict(resp.switch_addresses)
             if resp.window_seconds and resp.window_seconds != self.window_s:
                 self.window_s = float(resp.window_seconds)
                 with self._acc_lock:
@@ -247,7 +306,7 @@ class Agent:
         for name, fn in (("responder", lambda: self.responder.serve(self.stop_event)),
                          ("prober", lambda: self.prober.run(self.stop_event)),
                          ("windows", self._window_loop), ("counters", self._counter_loop),
-                         ("vswitch", self._vswitch_loop),
+                         ("vswitch", self._vswitch_loop), ("trace", self._trace_loop),
                          ("control", self._control_loop)):
             t = threading.Thread(target=fn, name=name, daemon=True)
             t.start()

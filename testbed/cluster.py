@@ -35,7 +35,10 @@ VXLAN_PORT = 4789
 OVS_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 HOST_SYSCTLS = ("net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2",
                 "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
-SWITCH_SYSCTLS = ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+# icmp_ratelimit=0: route traces from every agent cross the same few switches;
+# a real switch's control-plane policing allows far more than Linux's 1/s.
+SWITCH_SYSCTLS = ("net.ipv4.ip_forward=1", "net.ipv4.icmp_ratelimit=0",
+                  "net.ipv4.conf.all.rp_filter=0",
                   "net.ipv4.conf.default.rp_filter=0", "net.ipv4.conf.all.send_redirects=0",
                   "net.ipv4.conf.default.send_redirects=0")
 
@@ -96,6 +99,8 @@ class Cluster:
     links: dict[str, tuple[str, str]] = field(default_factory=dict)  # link id -> (ns, ifname)
     # Every switch-side end of a link (both ends between two switches).
     link_ends: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # Router interface address -> switch id: the inventory that names trace hops.
+    switch_addresses: dict[str, str] = field(default_factory=dict)
     # Static routes a link's switch port carries: the kernel flushes them when
     # the port goes down, and with no routing daemon they must be put back.
     routes: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
@@ -121,6 +126,10 @@ class Cluster:
         return self.run_dir / "topology.json"
 
     @property
+    def switch_addresses_path(self) -> Path:
+        return self.run_dir / "switch-addresses.json"
+
+    @property
     def controller_socket(self) -> str:
         return f"unix:{self.run_dir}/controller.sock"
 
@@ -142,6 +151,7 @@ class Cluster:
         self._underlay()
         self._overlay()
         self.topology_path.write_text(json.dumps(topology_to_doc(self.topo), indent=1))
+        self.switch_addresses_path.write_text(json.dumps(self.switch_addresses, indent=1))
         log.info("cluster %s built in %.1fs", self.prefix, time.monotonic() - t0)
 
     def _veth(self, ns_a: str, if_a: str, ns_b: str, if_b: str, mtu: int) -> None:
@@ -163,6 +173,7 @@ class Cluster:
                 run("ip", "-n", hns, "route", "add", f"10.{r}.0.0/16", "via", gw, "dev", nic_if,
                     "onlink")
                 run("ip", "-n", tns, "addr", "add", f"{gw}/32", "dev", port)
+                self.switch_addresses[gw] = lay.tor(r, t)
                 lid = self._link(lay.nic(h, r), lay.tor(r, t))
                 self.links[lid] = (tns, port)
                 self.link_ends[lid] = [(tns, port)]
@@ -181,6 +192,8 @@ class Cluster:
                     k += 1
                     run("ip", "-n", tns, "addr", "add", f"{a}/31", "dev", tor_if)
                     run("ip", "-n", sns, "addr", "add", f"{b}/31", "dev", spine_if)
+                    self.switch_addresses[a] = lay.tor(r, t)
+                    self.switch_addresses[b] = lay.spine(s)
                     lid = self._link(lay.tor(r, t), lay.spine(s))
                     self.links[lid] = (sns, spine_if)
                     self.link_ends[lid] = [(tns, tor_if), (sns, spine_if)]
@@ -260,7 +273,9 @@ class Cluster:
                "--job", lay.job, "--host", lay.host(h), "--counter-hz", "20",
                # The host's switch, as a sidecar with the OVS socket mounted would see it.
                "--vswitch", f"unix:{self.ovs[h].dir}/br0.mgmt", "--vswitch-tunnel-port", "100",
-               "--vswitch-vni", str(lay.vni), "--vswitch-interval", "2"]
+               "--vswitch-vni", str(lay.vni), "--vswitch-interval", "2",
+               # The host's network namespace, as hostPID + /proc/1/ns/net would give it.
+               "--underlay-netns", f"/var/run/netns/{self.host_ns(h)}", "--trace-interval", "5"]
         for e in eps:
             cmd += ["--endpoint", e]
         return cmd

@@ -58,7 +58,8 @@ class Deployment:
         self.controller = start_controller(ControllerConfig(
             topology=str(self.cluster.topology_path), listen=(self.cluster.controller_socket,),
             db=str(self.cluster.run_dir / "controller.sqlite"), window_seconds=self.window_s,
-            heartbeat_interval_ms=500, heartbeat_timeout_s=5.0))
+            heartbeat_interval_ms=500, heartbeat_timeout_s=5.0,
+            switch_addresses=str(self.cluster.switch_addresses_path)))
 
     def stop_controller(self) -> None:
         if self.controller is not None:

@@ -128,3 +128,57 @@ def test_agent_survives_controller_restart(topo_file, topo_doc, tmp_path, sock):
         for a in agents:
             a.stop()
         ctl.stop(0)
+
+
+def test_active_check_through_netdiag(topo_file, topo_doc, tmp_path, sock):
+    """Diagnose with active_check: the analyzer asks the controller, the
+    probing agents probe the pairs at every size at once and report, and the
+    verdict comes back well within 15 s. A pair whose prober is gone is named
+    as not checked, not judged."""
+    import time
+
+    from analyzer.server import start_analyzer
+    from netskel.api.v1 import common_pb2 as cpb
+    from netskel.api.v1 import netdiag_pb2 as dpb
+    from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
+    from netskel.config import AnalyzerConfig
+
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
+                                            db=":memory:", window_seconds=1,
+                                            heartbeat_interval_ms=200, heartbeat_timeout_s=2))
+    ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller=sock,
+                                        listen=("127.0.0.1:0",)), tick_s=0.2)
+    agents = [Agent(agent_cfg(topo_doc, h, sock)) for h in range(4)]
+    ch = grpc.insecure_channel(f"127.0.0.1:{ana.ports[0]}")
+    netdiag = dpb_grpc.NetDiagStub(ch)
+    try:
+        for a in agents:
+            a.start()
+        wait_for(lambda: all(a.targets and all(t.active for t in a.targets.values())
+                             for a in agents[:3]), 20, "every target active")
+        e0 = topo_doc["containers"][0]["endpoints"][0]["id"]
+        wait_for(lambda: all(v.verdict == dpb.NETWORK_OK for v in netdiag.Diagnose(
+            dpb.DiagnoseRequest(endpoints=[e0])).pairs), 20, "the analyzer to see e0's pairs")
+        t0 = time.monotonic()
+        resp = netdiag.Diagnose(dpb.DiagnoseRequest(endpoints=[e0], active_check=True,
+                                                    check_seconds=1), timeout=20)
+        took = time.monotonic() - t0
+        assert took < 15, f"active check answered in {took:.1f} s"
+        assert len(resp.pairs) == 3 and resp.verdict == dpb.NETWORK_OK
+        for v in resp.pairs:
+            assert v.verdict == dpb.NETWORK_OK and v.reason == "active check: every size healthy"
+        assert list(resp.check_findings) == []
+        # The prober of one pair goes away: that pair is reported unchecked, not judged.
+        prober = next(a for a in agents[1:] if any(t.dst == e0 for t in a.targets.values()))
+        other = next(t.src for t in prober.targets.values() if t.dst == e0)
+        prober.stop()
+        resp = netdiag.Diagnose(dpb.DiagnoseRequest(pairs=[cpb.EndpointPair(a=e0, b=other)],
+                                                    active_check=True, check_seconds=1),
+                                timeout=20)
+        assert "not checked" in resp.pairs[0].reason
+    finally:
+        ch.close()
+        for a in agents:
+            a.stop()
+        ana.stop(0)
+        ctl.stop(0)

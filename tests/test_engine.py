@@ -133,3 +133,61 @@ def test_vote_spreads_over_ecmp_and_healthy_single_paths_clear():
     found = localize(bad, healthy, set(), cand)
     assert len(found) == 1
     assert found[0].component.id == "h0000/rnic0~tor-r0-0" and found[0].confidence == 1.0
+
+
+def test_active_check_overrules_state_and_localizes_what_it_measured(engine):
+    """A check's windows (seconds old, every size, routes traced) are judged
+    against each pair's history: large-packet loss on the pairs routed over
+    spine 0 blames spine 0's side of the fabric, pairs over spine 1 clear
+    theirs, and the check's verdicts replace the state's for checked pairs."""
+    for k in range(6):
+        feed(engine, k, sizes=(64, 1024))
+    now = T0 + 7 * W
+    cross = [(a, b) for a in range(4) for b in range(a + 1, 4) if LAY.tor_index(a) != LAY.tor_index(b)]
+    via0, via1 = cross[:2], cross[2:]
+
+    def check(a, b, spine, size, lost):
+        route = f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
+        return WindowStats(LAY.endpoint(a, 0), LAY.endpoint(b, 0), now - 4, now - 1, size, 60,
+                           lost, 10, 12, 13, 14, 13, 1, 20, route=route)
+    windows = ([check(a, b, 0, s, 20 if s == 1024 else 0) for a, b in via0 for s in (64, 1024)]
+               + [check(a, b, 1, s, 0) for a, b in via1 for s in (64, 1024)])
+    out = engine.judge_check(windows, now)
+    lossy = {(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in via0}
+    assert set(out.reasons) == lossy
+    assert all(r == "1024 B: 20/60 lost" for r in out.reasons.values())
+    assert out.checked == lossy | {(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in via1}
+    assert out.findings, "the check's anomalies must be localized"
+    top = out.findings[0]
+    assert top.layer == "underlay" and top.id == "check-1"
+    assert LAY.spine(0) in top.component.id and LAY.spine(1) not in top.component.id
+    # Merged with the state's diagnosis: checked pairs take the check's word.
+    asked = [*rail_pairs(0)]
+    d = engine.diagnose([], asked, 0, 0, now=now)
+    assert d.verdict == OK
+    ep_cross = {(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in cross}
+    unchecked = {p: "the prober is not connected" for p in rail_pairs(0) if p not in ep_cross}
+    m = engine.with_check(d, out, unchecked)
+    by_pair = {v.pair: v for v in m.pairs}
+    assert m.verdict == FAULT and m.check_findings == out.findings
+    for p in lossy:
+        assert by_pair[p].verdict == FAULT and "active check: 1024 B" in by_pair[p].reason
+    for a, b in via1:
+        v = by_pair[(LAY.endpoint(a, 0), LAY.endpoint(b, 0))]
+        assert v.verdict == OK and v.reason.startswith("active check")
+    for p in unchecked:
+        assert by_pair[p].verdict == OK and "not checked: the prober" in by_pair[p].reason
+
+
+def test_active_check_latency_needs_history(engine):
+    """A slow check window is a latency anomaly only against the pair's own
+    history; a pair never seen before is judged on loss alone."""
+    for k in range(6):
+        feed(engine, k)
+    now = T0 + 7 * W
+    a, b = LAY.endpoint(0, 0), LAY.endpoint(2, 0)
+    slow = WindowStats(a, b, now - 4, now - 1, 64, 60, 0, 900, 950, 1000, 1100, 1000, 50, 1500)
+    out = engine.judge_check([slow], now)
+    assert out.reasons == {(a, b): "64 B: median RTT 1000 us, typically 13 us"}
+    unseen = WindowStats(a, b, now - 4, now - 1, 4096, 60, 0, 900, 950, 1000, 1100, 1000, 50, 1500)
+    assert engine.judge_check([unseen], now).reasons == {}

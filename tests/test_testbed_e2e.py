@@ -49,6 +49,25 @@ def test_late_container_is_not_probed_early_and_raises_no_incident(dep):
     assert list(resp.incidents) == [], "a late container must not raise an incident"
 
 
+def test_agents_trace_the_routes_the_kernel_takes(dep):
+    """Every pair's route, traced by its prober from the host namespace and
+    named through the switch-address inventory, is the path the kernel's
+    ECMP choice sends that NIC pair's tunnel traffic along."""
+    lay = dep.layout
+    where = {lay.endpoint(h, r): (h, r) for h in range(lay.hosts) for r in range(lay.rails)}
+    pairs = dep.all_pairs()
+
+    def traced() -> dict[tuple[str, str], tuple[str, str]]:
+        got = dep.diagnose(pairs, time.time() - 3 * WINDOW_S).pairs
+        return {(v.pair.a, v.pair.b): (v.route_from, v.route) for v in got if v.route}
+    wait_for(lambda: len(traced()) == len(pairs), 4 * WINDOW_S, "every pair to carry a route",
+             poll=1)
+    for (a, b), (src, route) in traced().items():
+        dst = b if src == a else a
+        (h_from, r), (h_to, _) = where[src], where[dst]
+        assert route.split(">") == dep.cluster.trace_underlay(h_from, h_to, r), (src, dst)
+
+
 def _faulty_link(dep) -> tuple[str, list[tuple[str, str]]]:
     """A ToR-spine link that some pair's traffic really crosses."""
     lay = dep.layout
@@ -127,6 +146,35 @@ def test_link_loss_is_detected_live(dep):
         assert {(p.a, p.b) for p in inc.pairs} <= set(crossing)
     finally:
         undo()
+    _wait_closed(dep)
+
+
+def test_active_check_finds_a_large_packet_drop_within_15s(dep):
+    """A link starts dropping packets above 1,000 bytes; a diagnosis engine
+    asks at once with active_check and need not wait for a window: every
+    pair is probed now at every size, routes are traced, and the answer
+    names the crossing pairs and the link within 15 s."""
+    dep.wait_all_ok(timeout=60)
+    link, crossing = _faulty_link(dep)
+    undo = faults.drop_above(dep.cluster, link, 1000)
+    try:
+        t0 = time.monotonic()
+        resp = dep.netdiag.Diagnose(dpb.DiagnoseRequest(
+            pairs=[cpb.EndpointPair(a=a, b=b) for a, b in dep.all_pairs()], active_check=True),
+            timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        undo()
+    assert took <= 15, f"answered in {took:.1f} s"
+    assert resp.verdict == dpb.NETWORK_FAULT
+    bad = {(v.pair.a, v.pair.b) for v in resp.pairs if v.verdict == dpb.NETWORK_FAULT}
+    assert bad == set(crossing)
+    for v in resp.pairs:
+        if (v.pair.a, v.pair.b) in bad:  # small probes pass, large ones do not
+            assert "1024 B" in v.reason and "64 B:" not in v.reason and "256 B" not in v.reason, \
+                v.reason
+    top = resp.check_findings[0]
+    assert top.component.id == link and top.layer == cpb.LAYER_UNDERLAY
     _wait_closed(dep)
 
 

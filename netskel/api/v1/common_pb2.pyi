@@ -214,6 +214,7 @@ class WindowStats(_message.Message):
     RTT_STD_FIELD_NUMBER: _builtins.int
     RTT_MAX_FIELD_NUMBER: _builtins.int
     PROTO_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
     src: _builtins.str
     dst: _builtins.str
     window_start: _builtins.float
@@ -230,6 +231,10 @@ class WindowStats(_message.Message):
     rtt_max: _builtins.float
     proto: _builtins.str
     """"udp" or "rdma"."""
+    route: _builtins.str
+    """Traced underlay route of the pair's NICs: switch ids joined by ">"
+    (contract section 3); empty when not traced or not fully answered.
+    """
     def __init__(
         self,
         *,
@@ -248,10 +253,11 @@ class WindowStats(_message.Message):
         rtt_std: _builtins.float = ...,
         rtt_max: _builtins.float = ...,
         proto: _builtins.str = ...,
+        route: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "lost", b"lost", "proto", b"proto", "rtt_max", b"rtt_max", "rtt_mean", b"rtt_mean", "rtt_median", b"rtt_median", "rtt_min", b"rtt_min", "rtt_p25", b"rtt_p25", "rtt_p75", b"rtt_p75", "rtt_std", b"rtt_std", "sent", b"sent", "size", b"size", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "lost", b"lost", "proto", b"proto", "route", b"route", "rtt_max", b"rtt_max", "rtt_mean", b"rtt_mean", "rtt_median", b"rtt_median", "rtt_min", b"rtt_min", "rtt_p25", b"rtt_p25", "rtt_p75", b"rtt_p75", "rtt_std", b"rtt_std", "sent", b"sent", "size", b"size", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -95,19 +95,45 @@ Global___RegisterRequest: _TypeAlias = RegisterRequest  # noqa: Y015
 class RegisterResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class SwitchAddressesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     WINDOW_SECONDS_FIELD_NUMBER: _builtins.int
+    SWITCH_ADDRESSES_FIELD_NUMBER: _builtins.int
     heartbeat_interval_ms: _builtins.int
     window_seconds: _builtins.int
+    @_builtins.property
+    def switch_addresses(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Router interface address -> switch id, to name the hops of route traces."""
+
     def __init__(
         self,
         *,
         heartbeat_interval_ms: _builtins.int = ...,
         window_seconds: _builtins.int = ...,
+        switch_addresses: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_ms", b"heartbeat_interval_ms", "window_seconds", b"window_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_ms", b"heartbeat_interval_ms", "switch_addresses", b"switch_addresses", "window_seconds", b"window_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -185,6 +211,8 @@ class PingTarget(_message.Message):
     DST_IP_FIELD_NUMBER: _builtins.int
     DST_PORT_FIELD_NUMBER: _builtins.int
     ACTIVE_FIELD_NUMBER: _builtins.int
+    SRC_NIC_IP_FIELD_NUMBER: _builtins.int
+    DST_NIC_IP_FIELD_NUMBER: _builtins.int
     src: _builtins.str
     dst: _builtins.str
     dst_ip: _builtins.str
@@ -193,6 +221,11 @@ class PingTarget(_message.Message):
     """Only active targets are probed: the target's agent is registered and
     ready.
     """
+    src_nic_ip: _builtins.str
+    """Underlay addresses of the source's and the target's NICs: the agent
+    traces the route between them (empty when the topology has none).
+    """
+    dst_nic_ip: _builtins.str
     def __init__(
         self,
         *,
@@ -201,14 +234,149 @@ class PingTarget(_message.Message):
         dst_ip: _builtins.str = ...,
         dst_port: _builtins.int = ...,
         active: _builtins.bool = ...,
+        src_nic_ip: _builtins.str = ...,
+        dst_nic_ip: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "dst", b"dst", "dst_ip", b"dst_ip", "dst_port", b"dst_port", "src", b"src"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "dst", b"dst", "dst_ip", b"dst_ip", "dst_nic_ip", b"dst_nic_ip", "dst_port", b"dst_port", "src", b"src", "src_nic_ip", b"src_nic_ip"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PingTarget: _TypeAlias = PingTarget  # noqa: Y015
+
+@_typing.final
+class CheckOrder(_message.Message):
+    """An order to probe some targets now, apart from the regular list."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TARGETS_FIELD_NUMBER: _builtins.int
+    DURATION_S_FIELD_NUMBER: _builtins.int
+    RATE_HZ_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    duration_s: _builtins.float
+    rate_hz: _builtins.float
+    @_builtins.property
+    def targets(self) -> _containers.RepeatedCompositeFieldContainer[Global___PingTarget]: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        targets: _abc.Iterable[Global___PingTarget] | None = ...,
+        duration_s: _builtins.float = ...,
+        rate_hz: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_s", b"duration_s", "id", b"id", "rate_hz", b"rate_hz", "targets", b"targets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckOrder: _TypeAlias = CheckOrder  # noqa: Y015
+
+@_typing.final
+class CheckResult(_message.Message):
+    """What one agent measured for a check: one window per target and size
+    (route set when traced).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    WINDOWS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    @_builtins.property
+    def windows(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.WindowStats]: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        windows: _abc.Iterable[_common_pb2.WindowStats] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "windows", b"windows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckResult: _TypeAlias = CheckResult  # noqa: Y015
+
+@_typing.final
+class ActiveCheckRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAIRS_FIELD_NUMBER: _builtins.int
+    DURATION_S_FIELD_NUMBER: _builtins.int
+    TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    duration_s: _builtins.float
+    """Probing time; 0 = 3 s."""
+    timeout_s: _builtins.float
+    """Give up on agents that have not reported by then; 0 = 12 s."""
+    @_builtins.property
+    def pairs(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.EndpointPair]: ...
+    def __init__(
+        self,
+        *,
+        pairs: _abc.Iterable[_common_pb2.EndpointPair] | None = ...,
+        duration_s: _builtins.float = ...,
+        timeout_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_s", b"duration_s", "pairs", b"pairs", "timeout_s", b"timeout_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ActiveCheckRequest: _TypeAlias = ActiveCheckRequest  # noqa: Y015
+
+@_typing.final
+class UncheckedPair(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAIR_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    @_builtins.property
+    def pair(self) -> _common_pb2.EndpointPair: ...
+    def __init__(
+        self,
+        *,
+        pair: _common_pb2.EndpointPair | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pair", b"pair"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pair", b"pair", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UncheckedPair: _TypeAlias = UncheckedPair  # noqa: Y015
+
+@_typing.final
+class ActiveCheckResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WINDOWS_FIELD_NUMBER: _builtins.int
+    UNCHECKED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def windows(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.WindowStats]: ...
+    @_builtins.property
+    def unchecked(self) -> _containers.RepeatedCompositeFieldContainer[Global___UncheckedPair]: ...
+    def __init__(
+        self,
+        *,
+        windows: _abc.Iterable[_common_pb2.WindowStats] | None = ...,
+        unchecked: _abc.Iterable[Global___UncheckedPair] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["unchecked", b"unchecked", "windows", b"windows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ActiveCheckResponse: _TypeAlias = ActiveCheckResponse  # noqa: Y015
 
 @_typing.final
 class PingListUpdate(_message.Message):
@@ -218,6 +386,7 @@ class PingListUpdate(_message.Message):
     FULL_FIELD_NUMBER: _builtins.int
     UPSERT_FIELD_NUMBER: _builtins.int
     REMOVE_FIELD_NUMBER: _builtins.int
+    CHECK_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     full: _builtins.bool
     """When set, `upsert` is the whole list and replaces what the agent holds."""
@@ -227,6 +396,12 @@ class PingListUpdate(_message.Message):
     def remove(self) -> _containers.RepeatedCompositeFieldContainer[Global___PingTarget]:
         """Targets to drop; only `src` and `dst` are set."""
 
+    @_builtins.property
+    def check(self) -> Global___CheckOrder:
+        """Set on an update that carries an active check (the list is unchanged
+        when upsert and remove are empty and full is false).
+        """
+
     def __init__(
         self,
         *,
@@ -234,10 +409,11 @@ class PingListUpdate(_message.Message):
         full: _builtins.bool = ...,
         upsert: _abc.Iterable[Global___PingTarget] | None = ...,
         remove: _abc.Iterable[Global___PingTarget] | None = ...,
+        check: Global___CheckOrder | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["check", b"check"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["full", b"full", "remove", b"remove", "upsert", b"upsert", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check", b"check", "full", b"full", "remove", b"remove", "upsert", b"upsert", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -382,6 +558,7 @@ class AgentReport(_message.Message):
     WINDOWS_FIELD_NUMBER: _builtins.int
     COUNTERS_FIELD_NUMBER: _builtins.int
     VSWITCH_FIELD_NUMBER: _builtins.int
+    CHECK_FIELD_NUMBER: _builtins.int
     container: _builtins.str
     @_builtins.property
     def windows(self) -> Global___WindowBatch: ...
@@ -389,6 +566,8 @@ class AgentReport(_message.Message):
     def counters(self) -> Global___CounterBatch: ...
     @_builtins.property
     def vswitch(self) -> Global___VSwitchDump: ...
+    @_builtins.property
+    def check(self) -> Global___CheckResult: ...
     def __init__(
         self,
         *,
@@ -396,12 +575,13 @@ class AgentReport(_message.Message):
         windows: Global___WindowBatch | None = ...,
         counters: Global___CounterBatch | None = ...,
         vswitch: Global___VSwitchDump | None = ...,
+        check: Global___CheckResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "counters", b"counters", "vswitch", b"vswitch", "windows", b"windows"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "check", b"check", "counters", b"counters", "vswitch", b"vswitch", "windows", b"windows"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "container", b"container", "counters", b"counters", "vswitch", b"vswitch", "windows", b"windows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "check", b"check", "container", b"container", "counters", b"counters", "vswitch", b"vswitch", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["windows", "counters", "vswitch"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["windows", "counters", "vswitch", "check"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 

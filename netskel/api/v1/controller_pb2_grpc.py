@@ -64,6 +64,11 @@ class ControllerStub:
                 request_serializer=netskel_dot_api_dot_v1_dot_controller__pb2.WatchReportsRequest.SerializeToString,
                 response_deserializer=netskel_dot_api_dot_v1_dot_controller__pb2.ReportEvent.FromString,
                 _registered_method=True)
+        self.ActiveCheck = channel.unary_unary(
+                '/netskel.api.v1.Controller/ActiveCheck',
+                request_serializer=netskel_dot_api_dot_v1_dot_controller__pb2.ActiveCheckRequest.SerializeToString,
+                response_deserializer=netskel_dot_api_dot_v1_dot_controller__pb2.ActiveCheckResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -113,6 +118,15 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ActiveCheck(self, request, context):
+        """Probe these pairs now, at every size, and trace their routes: the
+        probing agents are told on their ping-list streams; returns once every
+        one has reported (or the timeout passes) with what they measured.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +159,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.WatchReports,
                     request_deserializer=netskel_dot_api_dot_v1_dot_controller__pb2.WatchReportsRequest.FromString,
                     response_serializer=netskel_dot_api_dot_v1_dot_controller__pb2.ReportEvent.SerializeToString,
+            ),
+            'ActiveCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.ActiveCheck,
+                    request_deserializer=netskel_dot_api_dot_v1_dot_controller__pb2.ActiveCheckRequest.FromString,
+                    response_serializer=netskel_dot_api_dot_v1_dot_controller__pb2.ActiveCheckResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -309,6 +328,33 @@ class Controller:
             '/netskel.api.v1.Controller/WatchReports',
             netskel_dot_api_dot_v1_dot_controller__pb2.WatchReportsRequest.SerializeToString,
             netskel_dot_api_dot_v1_dot_controller__pb2.ReportEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ActiveCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/netskel.api.v1.Controller/ActiveCheck',
+            netskel_dot_api_dot_v1_dot_controller__pb2.ActiveCheckRequest.SerializeToString,
+            netskel_dot_api_dot_v1_dot_controller__pb2.ActiveCheckResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,6 +49,11 @@ class ControllerStub:
     """A container leaves: its targets disappear from everyone's lists."""
     WatchReports: _grpc.UnaryStreamMultiCallable[_controller_pb2.WatchReportsRequest, _controller_pb2.ReportEvent]
     """For the analyzer: every report and agent state change, as they arrive."""
+    ActiveCheck: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ActiveCheckRequest, _controller_pb2.ActiveCheckResponse]
+    """Probe these pairs now, at every size, and trace their routes: the
+    probing agents are told on their ping-list streams; returns once every
+    one has reported (or the timeout passes) with what they measured.
+    """
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -69,6 +74,11 @@ class ControllerAsyncStub(ControllerStub):
     """A container leaves: its targets disappear from everyone's lists."""
     WatchReports: _aio.UnaryStreamMultiCallable[_controller_pb2.WatchReportsRequest, _controller_pb2.ReportEvent]  # type: ignore[assignment]
     """For the analyzer: every report and agent state change, as they arrive."""
+    ActiveCheck: _aio.UnaryUnaryMultiCallable[_controller_pb2.ActiveCheckRequest, _controller_pb2.ActiveCheckResponse]  # type: ignore[assignment]
+    """Probe these pairs now, at every size, and trace their routes: the
+    probing agents are told on their ping-list streams; returns once every
+    one has reported (or the timeout passes) with what they measured.
+    """
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -122,5 +132,16 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_controller_pb2.ReportEvent], _abc.AsyncIterator[_controller_pb2.ReportEvent]]:
         """For the analyzer: every report and agent state change, as they arrive."""
+
+    @_abc_1.abstractmethod
+    def ActiveCheck(
+        self,
+        request: _controller_pb2.ActiveCheckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.ActiveCheckResponse, _abc.Awaitable[_controller_pb2.ActiveCheckResponse]]:
+        """Probe these pairs now, at every size, and trace their routes: the
+        probing agents are told on their ping-list streams; returns once every
+        one has reported (or the timeout passes) with what they measured.
+        """
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

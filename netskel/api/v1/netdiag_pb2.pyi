@@ -59,11 +59,19 @@ class DiagnoseRequest(_message.Message):
     PAIRS_FIELD_NUMBER: _builtins.int
     START_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    ACTIVE_CHECK_FIELD_NUMBER: _builtins.int
+    CHECK_SECONDS_FIELD_NUMBER: _builtins.int
     start: _builtins.float
     """Seconds since the epoch; 0 means "the last five minutes" for start and
     "now" for end.
     """
     end: _builtins.float
+    active_check: _builtins.bool
+    """Also probe the asked pairs now (every size, routes traced) and judge
+    them on that: the answer comes after the check, within about 15 s.
+    """
+    check_seconds: _builtins.float
+    """Probing time of the active check; 0 = 3 s."""
     @_builtins.property
     def endpoints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Every monitored pair that has one of these endpoints at one end."""
@@ -77,10 +85,12 @@ class DiagnoseRequest(_message.Message):
         pairs: _abc.Iterable[_common_pb2.EndpointPair] | None = ...,
         start: _builtins.float = ...,
         end: _builtins.float = ...,
+        active_check: _builtins.bool = ...,
+        check_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "endpoints", b"endpoints", "pairs", b"pairs", "start", b"start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_check", b"active_check", "check_seconds", b"check_seconds", "end", b"end", "endpoints", b"endpoints", "pairs", b"pairs", "start", b"start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -93,8 +103,15 @@ class PairVerdict(_message.Message):
     PAIR_FIELD_NUMBER: _builtins.int
     VERDICT_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    ROUTE_FROM_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     reason: _builtins.str
+    route_from: _builtins.str
+    """The pair's latest traced underlay route (switch ids joined by ">"), as
+    the agent of `route_from` traced it towards the other end; empty if none.
+    """
+    route: _builtins.str
     @_builtins.property
     def pair(self) -> _common_pb2.EndpointPair: ...
     def __init__(
@@ -103,10 +120,12 @@ class PairVerdict(_message.Message):
         pair: _common_pb2.EndpointPair | None = ...,
         verdict: Global___Verdict.ValueType = ...,
         reason: _builtins.str = ...,
+        route_from: _builtins.str = ...,
+        route: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pair", b"pair"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pair", b"pair", "reason", b"reason", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pair", b"pair", "reason", b"reason", "route", b"route", "route_from", b"route_from", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -119,21 +138,29 @@ class DiagnoseResponse(_message.Message):
     VERDICT_FIELD_NUMBER: _builtins.int
     INCIDENTS_FIELD_NUMBER: _builtins.int
     PAIRS_FIELD_NUMBER: _builtins.int
+    CHECK_FINDINGS_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     @_builtins.property
     def incidents(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Incident]: ...
     @_builtins.property
     def pairs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PairVerdict]: ...
+    @_builtins.property
+    def check_findings(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Incident]:
+        """With active_check: the components the check's results blame now
+        (localized like incidents, not stored as incidents; ids start "check-").
+        """
+
     def __init__(
         self,
         *,
         verdict: Global___Verdict.ValueType = ...,
         incidents: _abc.Iterable[_common_pb2.Incident] | None = ...,
         pairs: _abc.Iterable[Global___PairVerdict] | None = ...,
+        check_findings: _abc.Iterable[_common_pb2.Incident] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["incidents", b"incidents", "pairs", b"pairs", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check_findings", b"check_findings", "incidents", b"incidents", "pairs", b"pairs", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
