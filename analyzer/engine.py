@@ -17,6 +17,7 @@ from operator import attrgetter
 import numpy as np
 
 from analyzer.detect import STATS, Detector, DriftReport, Groups, Observation
+from analyzer.history import PairHistory
 from analyzer.localize import Finding, Pair, localize, worst_symptom
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
@@ -94,6 +95,7 @@ class Analyzer:
         self._open_drift: dict[tuple[str, str], str] = {}
         self._streak_drift: dict[tuple[str, str], tuple[int, float]] = {}
         self.detector = Detector(cfg)
+        self.history = PairHistory()
         self._cand_cache: dict[tuple[Pair, str], dict[str, float]] = {}
         # Latest traced route per pair: (the prober that traced it, route from it).
         self._routes: dict[Pair, tuple[str, str]] = {}
@@ -119,6 +121,7 @@ class Analyzer:
                 rejected.append(f"{w.src}->{w.dst}: {reason}")
                 continue
             self._pending[(w.window_start, w.window_end)].append(w)
+            self.history.record((w,))
         return rejected
 
     def set_agent(self, state: AgentState) -> None:

@@ -13,6 +13,7 @@ import grpc
 from analyzer.engine import Analyzer
 from analyzer.localize import Pair
 from analyzer.service import CheckRunner, IncidentHub, NetDiagService
+from analyzer.web import SkeletonSource, WebServer
 from netskel import serde
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import controller_pb2 as pb
@@ -37,9 +38,12 @@ class RunningAnalyzer:
     lock: threading.Lock
     _stop: threading.Event
     _threads: list[threading.Thread]
+    web: WebServer | None = None
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
+        if self.web is not None:
+            self.web.stop()
         self.server.stop(grace).wait()
         for t in self._threads:
             t.join(timeout=5)
@@ -93,7 +97,10 @@ def controller_checks(target: str) -> CheckRunner:
     return run
 
 
-def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0) -> RunningAnalyzer:
+def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0,
+                   skeleton: SkeletonSource | None = None) -> RunningAnalyzer:
+    """skeleton: where the web page reads jobs' skeletons (the controller's
+    state, when both run in one process)."""
     topo = load_topology(cfg.topology)
     engine = Analyzer(topo, cfg)
     lock = threading.Lock()
@@ -115,6 +122,16 @@ def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0) -> RunningAnalyzer:
                threading.Thread(target=tick_loop, name="tick", daemon=True)]
     for t in threads:
         t.start()
+    web = None
+    if cfg.web_listen:
+        host, _, port = cfg.web_listen.rpartition(":")
+        try:
+            web = WebServer((host or "127.0.0.1", int(port)), engine, lock, skeleton).start()
+        except (ValueError, OSError) as e:
+            server.stop(0)
+            stop.set()
+            raise InputError(f"web_listen '{cfg.web_listen}': {e}") from None
+        log.info("analyzer web page on http://%s:%d/", host or "127.0.0.1", web.port)
     log.info("analyzer serving NetDiag on %s", ports)
     return RunningAnalyzer(server=server, ports=ports, engine=engine, lock=lock, _stop=stop,
-                           _threads=threads)
+                           _threads=threads, web=web)

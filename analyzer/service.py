@@ -15,7 +15,7 @@ from netskel import serde
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
-from netskel.errors import UnavailableError
+from netskel.errors import NotFoundError, UnavailableError
 from netskel.grpcserver import map_errors
 from netskel.model import Incident, WindowStats
 
@@ -88,6 +88,20 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
                                    verdict=serde.VERDICTS[v.verdict], reason=v.reason,
                                    route_from=v.route_from, route=v.route)
                    for v in d.pairs])
+
+    @map_errors
+    def PairHistory(self, request: dpb.PairHistoryRequest, context: grpc.ServicerContext
+                    ) -> dpb.PairHistoryResponse:
+        a, b = request.pair.a, request.pair.b
+        with self.lock:
+            for e in (a, b):
+                if e not in self.engine.known_endpoints:
+                    raise NotFoundError(f"PairHistory: unknown endpoint '{e}'")
+            points = self.engine.history.points((a, b), request.since)
+        return dpb.PairHistoryResponse(points=[
+            dpb.HistoryPoint(window_start=p.start, size=p.size, rtt_median=p.median_us,
+                             rtt_p75=p.p75_us, sent=p.sent, lost=p.lost, src=p.src)
+            for p in points])
 
     @map_errors
     def ListIncidents(self, request: dpb.ListIncidentsRequest, context: grpc.ServicerContext

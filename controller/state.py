@@ -219,6 +219,22 @@ class ControllerState:
             samples = [s for e in eps for s in self.counters.get(e, ())]
             return eps, samples
 
+    def skeleton_view(self) -> dict[str, object]:
+        """Each job's skeleton as people read it: the latest inference and
+        how many pairs its ping lists hold now."""
+        with self._lock:
+            probed: dict[str, int] = {}
+            job_of = {e.id: r.job for r in self.regs.values() for e in r.endpoints}
+            for plist in self.lists.values():
+                for src, _dst in plist:
+                    job = job_of.get(src)
+                    if job is not None:
+                        probed[job] = probed.get(job, 0) + 1
+            jobs = sorted(set(probed) | set(self.inference))
+            return {"jobs": [{**self.inference.get(j, {"job": j, "status":
+                                                       "rail-aligned: not inferred yet"}),
+                              "ping_pairs": probed.get(j, 0)} for j in jobs]}
+
     def apply_skeleton(self, job: str, skeleton: JobSkeleton | None,
                        summary: dict[str, object]) -> None:
         """Put a job's new skeleton in force (None: back to rail-aligned);

@@ -89,10 +89,13 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
     from netskel.config import AnalyzerConfig
 
     cfg = AnalyzerConfig(topology=a.topology, controller=a.controller, listen=tuple(a.listen),
-                         metrics_port=a.metrics_port)
+                         metrics_port=a.metrics_port, web_listen=a.web)
     _metrics(cfg.metrics_port)
     running = start_analyzer(cfg)
     print(f"analyzer (NetDiag) listening on {running.ports}", flush=True)
+    if running.web is not None:
+        print(f"web page on http://{cfg.web_listen.rpartition(':')[0] or '127.0.0.1'}:"
+              f"{running.web.port}/", flush=True)
     _wait_for_signal()
     running.stop()
     return 0
@@ -230,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--controller", default="127.0.0.1:7000")
     n.add_argument("--listen", action="append", default=None)
     n.add_argument("--metrics-port", type=int, default=0)
+    n.add_argument("--web", default="", metavar="HOST:PORT",
+                   help="serve the web page (incidents, fabric, charts) there")
     n.set_defaults(fn=cmd_analyzer, listen_default=["127.0.0.1:7001"])
 
     z = sub.add_parser("analyze", help="offline: probe records -> incidents")
@@ -272,6 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--open", action="store_true", help="open incidents only")
     d.add_argument("--component-type", choices=["link", "switch", "nic", "vswitch_rule", "host",
                                                  "endpoint", "agent"])
+    d.add_argument("--check", action="store_true",
+                   help="active check: probe the pairs now at every size, trace their routes")
+    d.add_argument("--check-seconds", type=float, default=3.0, help="probing time of --check")
+    d.add_argument("--history", metavar="A,B", help="one pair's recent windows instead")
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=cmd_netdiag)
 

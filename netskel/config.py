@@ -62,6 +62,7 @@ class AnalyzerConfig:
     topology: str = ""
     controller: str = "127.0.0.1:7000"  # where the report feed comes from
     listen: tuple[str, ...] = ("127.0.0.1:7001",)  # NetDiag gRPC addresses
+    web_listen: str = ""               # HOST:PORT of the web page (port 0: any free); "" = off
     loss_baseline: float = 0.0001      # least loss a healthy path shows (its history may raise it)
     loss_alpha: float = 0.01           # false loss alarms per window, across all tests (Bonferroni)
     loss_min_lost: int = 3             # fewer lost probes are never a loss anomaly

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import time
 from typing import Any
 
 import grpc
@@ -35,13 +37,17 @@ def run_netdiag(a: argparse.Namespace) -> int:
                 else:
                     print_incidents(docs)
                 return 0
-            pairs = []
-            for spec in a.pair:
-                parts = spec.split(",")
-                if len(parts) != 2:
-                    raise InputError(f"--pair '{spec}': expected A,B")
-                pairs.append(cpb.EndpointPair(a=parts[0], b=parts[1]))
-            d = stub.Diagnose(dpb.DiagnoseRequest(endpoints=a.endpoint, pairs=pairs), timeout=10)
+            if a.history:
+                x, y = _pair(a.history, "--history")
+                h = stub.PairHistory(dpb.PairHistoryRequest(pair=cpb.EndpointPair(a=x, b=y)),
+                                     timeout=10)
+                print_history(h.points, a.json)
+                return 0
+            pairs = [cpb.EndpointPair(a=x, b=y) for x, y in (_pair(s, "--pair") for s in a.pair)]
+            d = stub.Diagnose(dpb.DiagnoseRequest(endpoints=a.endpoint, pairs=pairs,
+                                                  active_check=a.check,
+                                                  check_seconds=a.check_seconds),
+                              timeout=10 + (a.check_seconds + 15 if a.check else 0))
         except grpc.RpcError as e:
             raise NetskelError(f"NetDiag at {a.server}: {e.code().name}: {e.details()}") from None
     verdict = serde.VERDICT_NAMES[d.verdict]
@@ -49,15 +55,48 @@ def run_netdiag(a: argparse.Namespace) -> int:
         print(json.dumps({"verdict": verdict,
                           "pairs": [{"pair": [v.pair.a, v.pair.b],
                                      "verdict": serde.VERDICT_NAMES[v.verdict],
-                                     "reason": v.reason} for v in d.pairs],
+                                     "reason": v.reason, "route_from": v.route_from,
+                                     "route": v.route} for v in d.pairs],
                           "incidents": [serde.incident_from_pb(i).to_doc()
-                                        for i in d.incidents]}, indent=1))
+                                        for i in d.incidents],
+                          "check_findings": [serde.incident_from_pb(i).to_doc()
+                                             for i in d.check_findings]}, indent=1))
         return 0
     print(f"verdict: {verdict}")
     for v in d.pairs:
         print(f"  {v.pair.a:<24} {v.pair.b:<24} {serde.VERDICT_NAMES[v.verdict]:<14} {v.reason}")
     print_incidents([serde.incident_from_pb(i).to_doc() for i in d.incidents])
+    if d.check_findings:
+        print("active check blames:")
+        print_incidents([serde.incident_from_pb(i).to_doc() for i in d.check_findings])
     return 0
+
+
+def _pair(spec: str, flag: str) -> tuple[str, str]:
+    parts = spec.split(",")
+    if len(parts) != 2 or not all(parts):
+        raise InputError(f"{flag} '{spec}': expected A,B")
+    return parts[0], parts[1]
+
+
+def print_history(points: Any, as_json: bool) -> None:
+    rows = [{"window_start": p.window_start, "size": p.size, "rtt_median_us": p.rtt_median,
+             "rtt_p75_us": p.rtt_p75, "sent": p.sent, "lost": p.lost, "prober": p.src}
+            for p in points]
+    if as_json:
+        print(json.dumps({"points": rows}, indent=1))
+        return
+    if not rows:
+        print("no windows kept for this pair")
+        return
+    print(f"{'window start (UTC)':<20} {'size':>5} {'median us':>10} {'p75 us':>9} "
+          f"{'lost/sent':>10}  prober")
+    for r in rows:
+        t = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["window_start"]))
+        med = "-" if math.isnan(r["rtt_median_us"]) else f"{r['rtt_median_us']:.0f}"
+        p75 = "-" if math.isnan(r["rtt_p75_us"]) else f"{r['rtt_p75_us']:.0f}"
+        print(f"{t:<20} {r['size']:>5} {med:>10} {p75:>9} {r['lost']:>4}/{r['sent']:<5}  "
+              f"{r['prober']}")
 
 
 def print_incidents(docs: list[dict[str, object]]) -> None:

@@ -3,7 +3,8 @@
 # Debian machine (run as root): system tools from apt, Python deps in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(openvswitch-switch ethtool iptables nftables iproute2 iputils-ping)
+# chromium renders the web page in its end-to-end test.
+pkgs=(openvswitch-switch ethtool iptables nftables iproute2 iputils-ping chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -275,7 +275,7 @@ class Cluster:
                "--vswitch", f"unix:{self.ovs[h].dir}/br0.mgmt", "--vswitch-tunnel-port", "100",
                "--vswitch-vni", str(lay.vni), "--vswitch-interval", "2",
                # The host's network namespace, as hostPID + /proc/1/ns/net would give it.
-               "--underlay-netns", f"/var/run/netns/{self.host_ns(h)}", "--trace-interval", "5"]
+               "--underlay-netns", f"/var/run/netns/{self.host_ns(h)}", "--trace-interval", "30"]
         for e in eps:
             cmd += ["--endpoint", e]
         return cmd

@@ -43,7 +43,8 @@ class Deployment:
                 controller=self.cluster.controller_socket, listen=("127.0.0.1:0",),
                 # Software switches on two shared cores: RTTs of a few hundred us that
                 # wander with scheduling. A real slowdown here is a queue of milliseconds.
-                latency_min_shift_us=300.0, latency_rel_shift=0.5))
+                latency_min_shift_us=300.0, latency_rel_shift=0.5, web_listen="127.0.0.1:0"),
+                skeleton=self._skeleton)
             self.channel = grpc.insecure_channel(f"127.0.0.1:{self.analyzer.ports[0]}")
         except BaseException:
             self.close()
@@ -53,6 +54,9 @@ class Deployment:
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+    def _skeleton(self) -> dict[str, object]:
+        return self.controller.state.skeleton_view() if self.controller is not None else {}
 
     def start_controller(self) -> None:
         self.controller = start_controller(ControllerConfig(

@@ -1,4 +1,4 @@
-"""Waiting on observable conditions instead of sleeping."""
+"""Waiting on observable conditions instead of sleeping; rendering pages."""
 
 from __future__ import annotations
 
@@ -18,3 +18,27 @@ def wait_for(fn: Callable[[], T], timeout: float, what: str, poll: float = 0.05)
         time.sleep(poll)
         last = fn()
     return last
+
+
+def chromium() -> str | None:
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def render_page(url: str, screenshot: str | None = None, budget_ms: int = 8000) -> str:
+    """The DOM of a page after its scripts ran, from headless Chromium;
+    optionally a screenshot too. Virtual time lets the page's fetches finish
+    without waiting on the wall clock."""
+    import subprocess
+
+    exe = chromium()
+    assert exe is not None, "chromium is not installed (scripts/setup.sh installs it)"
+    base = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--hide-scrollbars", f"--virtual-time-budget={budget_ms}", "--window-size=1280,1100"]
+    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    if screenshot:
+        subprocess.run([*base, f"--screenshot={screenshot}", url], capture_output=True,
+                       timeout=120, check=True)
+    return dom

@@ -5,8 +5,10 @@ One deployment serves the module; each test leaves the cluster healthy."""
 
 from __future__ import annotations
 
+import re
 import socket
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -17,10 +19,11 @@ from testbed import faults
 from testbed.deploy import Deployment
 from testbed.layout import Layout
 from tests.conftest import requires_testbed
-from tests.helpers import wait_for
+from tests.helpers import chromium, render_page, wait_for
 
 pytestmark = [requires_testbed, pytest.mark.testbed]
 WINDOW_S = 10
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 LATE_S = 30
 
 
@@ -144,9 +147,32 @@ def test_link_loss_is_detected_live(dep):
         votes = dict(inc.evidence["votes"])
         assert votes[link] == max(votes.values())
         assert {(p.a, p.b) for p in inc.pairs} <= set(crossing)
+        _page_shows_fault(dep, inc)
     finally:
         undo()
     _wait_closed(dep)
+
+
+def _page_shows_fault(dep, inc) -> None:
+    """The web page, rendered by headless Chromium, lists the open incident
+    and draws its link (or switch) as blamed; a screenshot is kept in
+    artifacts/ for people."""
+    if chromium() is None:
+        pytest.skip("chromium is not installed (scripts/setup.sh installs it)")
+    shot = ARTIFACTS / "web-fault.png"
+    shot.parent.mkdir(exist_ok=True)
+    shot.unlink(missing_ok=True)
+    dom = render_page(f"http://127.0.0.1:{dep.analyzer.web.port}/", str(shot))
+    assert 'data-ready="1"' in dom, "the page's script did not render the state"
+    row = re.search(rf'<tr class="incident open" data-component="{re.escape(inc.component.id)}"',
+                    dom)
+    assert row, "the open incident must be listed"
+    kind = "link" if inc.component.type == cpb.COMPONENT_TYPE_LINK else "switch"
+    drawn = re.search(rf'<(?:line|rect)[^>]*class="{kind} blamed"[^>]*data-{kind}='
+                      rf'"{re.escape(inc.component.id)}"', dom)
+    assert drawn, f"the blamed {kind} must be drawn in red"
+    assert re.search(r'<div class="chart" data-pair="', dom), "the incident's pairs get charts"
+    assert shot.stat().st_size > 10_000
 
 
 def test_active_check_finds_a_large_packet_drop_within_15s(dep):

@@ -167,6 +167,89 @@ class DiagnoseResponse(_message.Message):
 Global___DiagnoseResponse: _TypeAlias = DiagnoseResponse  # noqa: Y015
 
 @_typing.final
+class PairHistoryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAIR_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    since: _builtins.float
+    """Seconds since the epoch; 0 = everything kept."""
+    @_builtins.property
+    def pair(self) -> _common_pb2.EndpointPair: ...
+    def __init__(
+        self,
+        *,
+        pair: _common_pb2.EndpointPair | None = ...,
+        since: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pair", b"pair"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pair", b"pair", "since", b"since"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PairHistoryRequest: _TypeAlias = PairHistoryRequest  # noqa: Y015
+
+@_typing.final
+class HistoryPoint(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WINDOW_START_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    RTT_MEDIAN_FIELD_NUMBER: _builtins.int
+    RTT_P75_FIELD_NUMBER: _builtins.int
+    SENT_FIELD_NUMBER: _builtins.int
+    LOST_FIELD_NUMBER: _builtins.int
+    SRC_FIELD_NUMBER: _builtins.int
+    window_start: _builtins.float
+    size: _builtins.int
+    rtt_median: _builtins.float
+    """NaN when every probe was lost."""
+    rtt_p75: _builtins.float
+    sent: _builtins.int
+    lost: _builtins.int
+    src: _builtins.str
+    """The prober (RTTs are measured from its side)."""
+    def __init__(
+        self,
+        *,
+        window_start: _builtins.float = ...,
+        size: _builtins.int = ...,
+        rtt_median: _builtins.float = ...,
+        rtt_p75: _builtins.float = ...,
+        sent: _builtins.int = ...,
+        lost: _builtins.int = ...,
+        src: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lost", b"lost", "rtt_median", b"rtt_median", "rtt_p75", b"rtt_p75", "sent", b"sent", "size", b"size", "src", b"src", "window_start", b"window_start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HistoryPoint: _TypeAlias = HistoryPoint  # noqa: Y015
+
+@_typing.final
+class PairHistoryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POINTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def points(self) -> _containers.RepeatedCompositeFieldContainer[Global___HistoryPoint]: ...
+    def __init__(
+        self,
+        *,
+        points: _abc.Iterable[Global___HistoryPoint] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["points", b"points"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PairHistoryResponse: _TypeAlias = PairHistoryResponse  # noqa: Y015
+
+@_typing.final
 class ListIncidentsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -50,6 +50,11 @@ class NetDiagStub:
                 request_serializer=netskel_dot_api_dot_v1_dot_netdiag__pb2.WatchIncidentsRequest.SerializeToString,
                 response_deserializer=netskel_dot_api_dot_v1_dot_common__pb2.Incident.FromString,
                 _registered_method=True)
+        self.PairHistory = channel.unary_unary(
+                '/netskel.api.v1.NetDiag/PairHistory',
+                request_serializer=netskel_dot_api_dot_v1_dot_netdiag__pb2.PairHistoryRequest.SerializeToString,
+                response_deserializer=netskel_dot_api_dot_v1_dot_netdiag__pb2.PairHistoryResponse.FromString,
+                _registered_method=True)
 
 
 class NetDiagServicer:
@@ -75,6 +80,13 @@ class NetDiagServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PairHistory(self, request, context):
+        """One pair's recent windows (latency and loss per size), oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NetDiagServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +104,11 @@ def add_NetDiagServicer_to_server(servicer, server):
                     servicer.WatchIncidents,
                     request_deserializer=netskel_dot_api_dot_v1_dot_netdiag__pb2.WatchIncidentsRequest.FromString,
                     response_serializer=netskel_dot_api_dot_v1_dot_common__pb2.Incident.SerializeToString,
+            ),
+            'PairHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.PairHistory,
+                    request_deserializer=netskel_dot_api_dot_v1_dot_netdiag__pb2.PairHistoryRequest.FromString,
+                    response_serializer=netskel_dot_api_dot_v1_dot_netdiag__pb2.PairHistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +192,33 @@ class NetDiag:
             '/netskel.api.v1.NetDiag/WatchIncidents',
             netskel_dot_api_dot_v1_dot_netdiag__pb2.WatchIncidentsRequest.SerializeToString,
             netskel_dot_api_dot_v1_dot_common__pb2.Incident.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PairHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/netskel.api.v1.NetDiag/PairHistory',
+            netskel_dot_api_dot_v1_dot_netdiag__pb2.PairHistoryRequest.SerializeToString,
+            netskel_dot_api_dot_v1_dot_netdiag__pb2.PairHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,8 @@ class NetDiagStub:
     ListIncidents: _grpc.UnaryUnaryMultiCallable[_netdiag_pb2.ListIncidentsRequest, _netdiag_pb2.ListIncidentsResponse]
     WatchIncidents: _grpc.UnaryStreamMultiCallable[_netdiag_pb2.WatchIncidentsRequest, _common_pb2.Incident]
     """Incidents as they open, change and close."""
+    PairHistory: _grpc.UnaryUnaryMultiCallable[_netdiag_pb2.PairHistoryRequest, _netdiag_pb2.PairHistoryResponse]
+    """One pair's recent windows (latency and loss per size), oldest first."""
 
 @_typing.type_check_only
 class NetDiagAsyncStub(NetDiagStub):
@@ -48,6 +50,8 @@ class NetDiagAsyncStub(NetDiagStub):
     ListIncidents: _aio.UnaryUnaryMultiCallable[_netdiag_pb2.ListIncidentsRequest, _netdiag_pb2.ListIncidentsResponse]  # type: ignore[assignment]
     WatchIncidents: _aio.UnaryStreamMultiCallable[_netdiag_pb2.WatchIncidentsRequest, _common_pb2.Incident]  # type: ignore[assignment]
     """Incidents as they open, change and close."""
+    PairHistory: _aio.UnaryUnaryMultiCallable[_netdiag_pb2.PairHistoryRequest, _netdiag_pb2.PairHistoryResponse]  # type: ignore[assignment]
+    """One pair's recent windows (latency and loss per size), oldest first."""
 
 class NetDiagServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -72,5 +76,13 @@ class NetDiagServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_common_pb2.Incident], _abc.AsyncIterator[_common_pb2.Incident]]:
         """Incidents as they open, change and close."""
+
+    @_abc_1.abstractmethod
+    def PairHistory(
+        self,
+        request: _netdiag_pb2.PairHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_netdiag_pb2.PairHistoryResponse, _abc.Awaitable[_netdiag_pb2.PairHistoryResponse]]:
+        """One pair's recent windows (latency and loss per size), oldest first."""
 
 def add_NetDiagServicer_to_server(servicer: NetDiagServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
