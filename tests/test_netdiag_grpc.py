@@ -110,6 +110,38 @@ def test_diagnose_watch_and_list(stack, topo_doc, capsys):
     assert main(["netdiag", "--server", server, "--incidents", "--component-type", "switch"]) == 0
     assert capsys.readouterr().out.strip() == "no incidents"
 
+    # One pair's history: both windows, the lossy one as lost.
+    h = nd.PairHistory(dpb.PairHistoryRequest(pair=cpb.EndpointPair(a=bad[1], b=bad[0])))
+    assert [(p.window_start, p.lost, p.sent) for p in h.points] == [(t - 40, 0, 200),
+                                                                     (t - 30, 100, 200)]
+    assert main(["netdiag", "--server", server, "--history", f"{bad[0]},{bad[1]}"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 3 and rows[2].split()[-2:] == ["100/200", bad[0]]
+    with pytest.raises(grpc.RpcError) as e:
+        nd.PairHistory(dpb.PairHistoryRequest(pair=cpb.EndpointPair(a=bad[0], b="nope")))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+    # The web page's data: the open incident, its link blamed, its pair charted.
+    import json
+    import urllib.request
+
+    from analyzer.web import WebServer
+    web = WebServer(("127.0.0.1", 0), ana.engine, ana.lock).start()
+    try:
+        base = f"http://127.0.0.1:{web.port}"
+        state = json.load(urllib.request.urlopen(f"{base}/api/state", timeout=5))
+        assert [i["id"] for i in state["incidents"]] == [opened.id]
+        comp = opened.component.id
+        assert comp in state["blamed"]["links"] + state["blamed"]["switches"]
+        assert [c["pair"] for c in state["charts"]] == [list(sorted(bad))]
+        page = urllib.request.urlopen(base + "/", timeout=5).read().decode()
+        assert "<svg id=\"topology\"" in page
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{base}/api/pair?a={bad[0]}&b=nope", timeout=5)
+        assert err.value.code == 404
+    finally:
+        web.stop()
+
     _report(ctl, c0["id"], _windows(topo_doc, t - 20))
     closed = events.get(timeout=10)
     assert closed.id == opened.id and closed.end == t - 20
