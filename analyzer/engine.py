@@ -141,23 +141,29 @@ class Analyzer:
         self.overlay.set_host(dump)
 
     # -- processing -----------------------------------------------------------
-    def tick(self, now: float) -> list[Incident]:
+    def tick(self, now: float, progress: Callable[[str, int, int], None] | None = None
+             ) -> list[Incident]:
         """Analyse every window that is complete; return incidents that changed."""
         changed: dict[str, Incident] = {}
-        for key in sorted(k for k in self._pending if k[1] + self.grace_s <= now):
+        due = sorted(k for k in self._pending if k[1] + self.grace_s <= now)
+        for n, key in enumerate(due):
+            if progress is not None:
+                progress("analysing windows", n, len(due))
             windows = self._pending.pop(key)
             t0 = time.perf_counter()
             for inc in self.process(key[0], key[1], windows):
                 changed[inc.id] = inc
             metrics.ANALYSIS_SECONDS.observe(time.perf_counter() - t0)
             self.processed_until = max(self.processed_until, key[1])
+        if progress is not None and due:
+            progress("analysing windows", len(due), len(due))
         self._prune(now)
         metrics.INCIDENTS_OPEN.set(sum(1 for i in self.incidents.values() if i.end is None))
         return list(changed.values())
 
-    def flush(self) -> list[Incident]:
+    def flush(self, progress: Callable[[str, int, int], None] | None = None) -> list[Incident]:
         """Analyse everything pending (offline: the recording is complete)."""
-        return self.tick(float("inf"))
+        return self.tick(float("inf"), progress)
 
     def _candidates(self, pair: Pair) -> dict[str, float]:
         """Links the pair may cross (cached: the topology is fixed). A probe

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,16 @@ from netskel.topology import load_topology
 
 
 def analyze_files(topology: str | Path, probes: str | Path, window_s: float = 30.0,
-                  cfg: AnalyzerConfig | None = None) -> dict[str, Any]:
+                  cfg: AnalyzerConfig | None = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    say = progress or (lambda stage, done, total: None)
+    say("reading topology", 0, 0)
     topo = load_topology(topology)
+    say("reading probe records", 0, 0)
     records = read_probe_records(probes, topo)
     engine = Analyzer(topo, cfg or AnalyzerConfig())
+    say(f"{len(records)} records -> {window_s:g} s windows", 0, 0)
     windows = compute_windows(records, window_s)
     engine.add_windows(windows)
-    engine.flush()
+    engine.flush(progress)
     return {"incidents": [i.to_doc() for i in engine.list_incidents()]}

@@ -3,6 +3,7 @@ skeleton out, one job at a time (controller/skeleton.py does the work)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +66,21 @@ def infer_job(topo: Topology, job: str, throughput: dict[str, Any]) -> dict[str,
             "ping_list": ping_list(sk), "notes": sk.notes}
 
 
-def infer_files(topology: str | Path, throughput: str | Path, job: str | None = None
-                ) -> dict[str, Any]:
+def infer_files(topology: str | Path, throughput: str | Path, job: str | None = None,
+                progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    say = progress or (lambda stage, done, total: None)
+    say("reading topology", 0, 0)
     topo = load_topology(topology)
+    say("reading throughput samples", 0, 0)
     data = read_throughput(throughput, topo)
     jobs = topo.jobs()
     if job is not None:
         if job not in jobs:
             raise InputError(f"{topology}: unknown job '{job}'")
         jobs = [job]
-    return {"jobs": [infer_job(topo, j, data) for j in jobs]}
+    out = []
+    for n, j in enumerate(jobs):
+        say(f"inferring job {j}", n, len(jobs))
+        out.append(infer_job(topo, j, data))
+    say("inferring jobs", len(jobs), len(jobs))
+    return {"jobs": out}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from netskel.errors import InputError, NetskelError
+from netskel.progress import Progress
 
 
 def write_json_atomic(path: str | Path, doc: Any) -> None:
@@ -101,10 +102,16 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
     return 0
 
 
+def _progress(a: argparse.Namespace) -> Progress | None:
+    """Progress on a terminal (or when asked): a batch log gets only the result."""
+    return Progress() if a.progress or sys.stderr.isatty() else None
+
+
 def cmd_analyze(a: argparse.Namespace) -> int:
     from analyzer.offline import analyze_files
 
-    doc = analyze_files(a.topology, a.probes, window_s=a.window)
+    doc = analyze_files(a.topology, a.probes, window_s=a.window,
+                        progress=_progress(a))
     write_json_atomic(a.output, doc)
     print(f"{len(doc['incidents'])} incident(s) -> {a.output}", file=sys.stderr)
     return 0
@@ -113,7 +120,8 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 def cmd_infer(a: argparse.Namespace) -> int:
     from controller.infer import infer_files
 
-    doc = infer_files(a.topology, a.throughput, job=a.job)
+    doc = infer_files(a.topology, a.throughput, job=a.job,
+                      progress=_progress(a))
     write_json_atomic(a.output, doc)
     print(f"{len(doc['jobs'])} job(s) -> {a.output}", file=sys.stderr)
     return 0
@@ -242,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--probes", required=True)
     z.add_argument("--window", type=float, default=30.0)
     z.add_argument("-o", "--output", required=True)
+    z.add_argument("--progress", action="store_true",
+                   help="progress on stderr even when it is not a terminal")
     z.set_defaults(fn=cmd_analyze)
 
     i = sub.add_parser("infer", help="offline: NIC throughput -> skeleton and ping lists")
@@ -249,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--throughput", required=True)
     i.add_argument("--job")
     i.add_argument("-o", "--output", required=True)
+    i.add_argument("--progress", action="store_true",
+                   help="progress on stderr even when it is not a terminal")
     i.set_defaults(fn=cmd_infer)
 
     c = sub.add_parser("import-csv", help="SkeletonHunter-format probe CSV -> contract probe "

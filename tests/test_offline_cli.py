@@ -115,6 +115,17 @@ def test_analyze_truncated_parquet_and_unknown_endpoint(tmp_path, topo_file, top
     assert not out.exists()
 
 
+def test_long_runs_show_progress_when_asked(tmp_path, topo_file, topo_doc, capsys):
+    table, _ = probe_table(topo_doc, lossy_pair=None)
+    pq.write_table(table, tmp_path / "p.parquet")
+    assert main(["analyze", "--topology", str(topo_file), "--probes", str(tmp_path / "p.parquet"),
+                 "-o", str(tmp_path / "i.json"), "--progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert any("reading probe records" in x for x in err)
+    done = [x for x in err if "analysing windows" in x]
+    assert done and done[-1].split("windows")[1].split()[0] == "100%", done
+
+
 def test_infer_falls_back_to_rail_aligned_list(tmp_path, topo_file, topo_doc):
     eps = [e["id"] for c in topo_doc["containers"] for e in c["endpoints"]]
     n = 50
