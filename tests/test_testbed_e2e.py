@@ -175,35 +175,6 @@ def _page_shows_fault(dep, inc) -> None:
     assert shot.stat().st_size > 10_000
 
 
-def test_active_check_finds_a_large_packet_drop_within_15s(dep):
-    """A link starts dropping packets above 1,000 bytes; a diagnosis engine
-    asks at once with active_check and need not wait for a window: every
-    pair is probed now at every size, routes are traced, and the answer
-    names the crossing pairs and the link within 15 s."""
-    dep.wait_all_ok(timeout=60)
-    link, crossing = _faulty_link(dep)
-    undo = faults.drop_above(dep.cluster, link, 1000)
-    try:
-        t0 = time.monotonic()
-        resp = dep.netdiag.Diagnose(dpb.DiagnoseRequest(
-            pairs=[cpb.EndpointPair(a=a, b=b) for a, b in dep.all_pairs()], active_check=True),
-            timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        undo()
-    assert took <= 15, f"answered in {took:.1f} s"
-    assert resp.verdict == dpb.NETWORK_FAULT
-    bad = {(v.pair.a, v.pair.b) for v in resp.pairs if v.verdict == dpb.NETWORK_FAULT}
-    assert bad == set(crossing)
-    for v in resp.pairs:
-        if (v.pair.a, v.pair.b) in bad:  # small probes pass, large ones do not
-            assert "1024 B" in v.reason and "64 B:" not in v.reason and "256 B" not in v.reason, \
-                v.reason
-    top = resp.check_findings[0]
-    assert top.component.id == link and top.layer == cpb.LAYER_UNDERLAY
-    _wait_closed(dep)
-
-
 def test_queueing_delay_from_a_rate_limit_is_detected_live(dep):
     dep.wait_all_ok(timeout=60)
     link, crossing = _faulty_link(dep)
@@ -275,6 +246,35 @@ def test_killed_agent_is_an_agent_problem_not_a_link(dep):
                                                            for r in range(lay.rails)}
     finally:
         dep.start_agents([victim])
+    _wait_closed(dep)
+
+
+def test_active_check_finds_a_large_packet_drop_within_15s(dep):
+    """A link starts dropping packets above 1,000 bytes; a diagnosis engine
+    asks at once with active_check and need not wait for a window: every
+    pair is probed now at every size, routes are traced, and the answer
+    names the crossing pairs and the link within 15 s."""
+    dep.wait_all_ok(timeout=60)
+    link, crossing = _faulty_link(dep)
+    undo = faults.drop_above(dep.cluster, link, 1000)
+    try:
+        t0 = time.monotonic()
+        resp = dep.netdiag.Diagnose(dpb.DiagnoseRequest(
+            pairs=[cpb.EndpointPair(a=a, b=b) for a, b in dep.all_pairs()], active_check=True),
+            timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        undo()
+    assert took <= 15, f"answered in {took:.1f} s"
+    assert resp.verdict == dpb.NETWORK_FAULT
+    bad = {(v.pair.a, v.pair.b) for v in resp.pairs if v.verdict == dpb.NETWORK_FAULT}
+    assert bad == set(crossing)
+    for v in resp.pairs:
+        if (v.pair.a, v.pair.b) in bad:  # small probes pass, large ones do not
+            assert "1024 B" in v.reason and "64 B:" not in v.reason and "256 B" not in v.reason, \
+                v.reason
+    top = resp.check_findings[0]
+    assert top.component.id == link and top.layer == cpb.LAYER_UNDERLAY
     _wait_closed(dep)
 
 
