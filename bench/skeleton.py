@@ -9,7 +9,9 @@ Rows come in recording order (each endpoint's samples in time order, as
 agents append them) unless --shuffled: then every row is out of place and
 the full sort runs (the contract allows unsorted rows).
 
-Each size runs in its own process so peak memory is its own. Prints one JSON
+Each size simulates in one process and infers in a fresh one (what
+`netskel infer` runs: read, infer, write the JSON), so the inference's wall
+time and peak memory are its own, not the simulator's. Prints one JSON
 line. Goals on this 2-core machine: 4,096 endpoints <= 5 s, 32,768 <= 30 s.
 """
 
@@ -31,7 +33,6 @@ sys.path.insert(0, str(ROOT))
 def one(n: int, seconds: float, shuffled: bool) -> dict[str, object]:
     import pyarrow.parquet as pq
 
-    from controller.infer import infer_files
     from netskel.simulate import JobShape, Noise, simulate
 
     shape = JobShape("job", dp=n // 64, tp=8, pp=8)
@@ -43,20 +44,18 @@ def one(n: int, seconds: float, shuffled: bool) -> dict[str, object]:
         pq.write_table(table, tp)
         rows = table.num_rows
         del table, topo_doc
-        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        t0 = time.perf_counter()
-        doc = infer_files(topo, tp)
-        wall = time.perf_counter() - t0
-        rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out = Path(tmp) / "skeleton.json"
+        run = subprocess.run([sys.executable, __file__, "--infer", str(topo), str(tp), str(out)],
+                             capture_output=True, text=True, cwd=ROOT, check=True)
+        timing = json.loads(run.stdout.strip().splitlines()[-1])
+        doc = json.loads(out.read_text())
     job = doc["jobs"][0]
     pairs = {tuple(sorted((s, d))) for s, ds in job["ping_list"].items() for d in ds}
     tr = truth["job"].pairs
     full = n * (n - 1) // 2
     rail = 8 * ((n // 8) * (n // 8 - 1) // 2)
     return {"endpoints": n, "rows": rows, "row_order": "shuffled" if shuffled else "recorded",
-            "infer_s": round(wall, 2),
-            "peak_rss_mb": round(rss_peak / 1024, 1),
-            "rss_before_infer_mb": round(rss_before / 1024, 1),
+            **timing,
             "parallelism": job["parallelism"], "confidence": job["confidence"],
             "ping_pairs": len(pairs), "true_pairs": len(tr),
             "recall": round(len(pairs & tr) / len(tr), 4),
@@ -65,13 +64,32 @@ def one(n: int, seconds: float, shuffled: bool) -> dict[str, object]:
             "vs_true": round(len(pairs) / len(tr), 3), "true_vs_full_mesh": round(len(tr) / full, 5)}
 
 
+def infer_once(topo: str, tp: str, out: str) -> dict[str, float]:
+    """One `netskel infer` run, its phases timed: inference (read + infer)
+    and writing the JSON."""
+    from controller.infer import infer_files
+    from netskel.cli import write_json_atomic
+
+    t0 = time.perf_counter()
+    doc = infer_files(topo, tp)
+    t1 = time.perf_counter()
+    write_json_atomic(out, doc)
+    t2 = time.perf_counter()
+    return {"infer_s": round(t1 - t0, 2), "write_json_s": round(t2 - t1, 2),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="512,4096,32768")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--shuffled", action="store_true")
     ap.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--infer", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.infer:
+        print(json.dumps(infer_once(*a.infer)))
+        return
     if a.one:
         print(json.dumps(one(a.one, a.seconds, a.shuffled)))
         return

@@ -27,6 +27,7 @@ import numpy as np
 from scipy import signal
 from scipy.cluster import hierarchy
 from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import squareform
 
 from controller.pinglist import id_hash, owner_bits
 from netskel.arrays import factorize, pair_order
@@ -294,8 +295,9 @@ def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
     n = len(x)
     if n <= 3:
         return np.zeros(n, dtype=np.int64), 1.0
-    z = hierarchy.linkage(x, method="average")
     d = distances(x)
+    # The distances already at hand, condensed: linkage need not recompute them.
+    z = hierarchy.linkage(squareform(d, checks=False), method="average")
     names, host_code = np.unique(np.asarray(hosts, dtype=object), return_inverse=True)
     n_hosts = len(names)
     best: tuple[float, np.ndarray | None] = (0.0, None)
@@ -678,5 +680,4 @@ def ping_list(sk: Skeleton) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {e: [] for e in sorted(eps)}
     for i, e in enumerate(eps):
         out[e] = names[bounds[i]:bounds[i + 1]].tolist()
-    return out
     return out

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from netskel.errors import InputError, NetskelError
 from netskel.progress import Progress
@@ -23,12 +23,35 @@ def write_json_atomic(path: str | Path, doc: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, sort_keys=False)
+            _dump(doc, f, "")
             f.write("\n")
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _dump(v: Any, f: IO[str], pad: str) -> None:
+    """Indented JSON whose innermost lists and objects (scalars only) sit on
+    one line: readable, and written by json's C encoder. `indent=` would
+    route everything through the pure-Python encoder, three times slower on
+    a 32K-endpoint ping list (11 s against 3 s for its 550 MB)."""
+    if isinstance(v, dict) and any(isinstance(x, (dict, list)) for x in v.values()):
+        inner = pad + " "
+        f.write("{")
+        for n, (k, x) in enumerate(v.items()):
+            f.write(("," if n else "") + "\n" + inner + json.dumps(str(k)) + ": ")
+            _dump(x, f, inner)
+        f.write("\n" + pad + "}" if v else "}")
+    elif isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v):
+        inner = pad + " "
+        f.write("[")
+        for n, x in enumerate(v):
+            f.write(("," if n else "") + "\n" + inner)
+            _dump(x, f, inner)
+        f.write("\n" + pad + "]")
+    else:
+        f.write(json.dumps(v))
 
 
 def _wait_for_signal() -> None:
