@@ -96,7 +96,7 @@ class Analyzer:
         self._streak_drift: dict[tuple[str, str], tuple[int, float]] = {}
         self.detector = Detector(cfg)
         self.history = PairHistory()
-        self._cand_cache: dict[tuple[Pair, str], dict[str, float]] = {}
+        self._cand_cache: dict[tuple[Pair, str, str], dict[str, float]] = {}
         # Latest traced route per pair: (the prober that traced it, route from it).
         self._routes: dict[Pair, tuple[str, str]] = {}
         self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
@@ -170,21 +170,22 @@ class Analyzer:
         goes and returns: the traced route is the going half, crossed for
         sure (weight 1); the reply may hash onto any ECMP alternative, so
         every shortest path keeps its spread weight unless the trace pins it."""
-        route = self._routes.get(pair, ("", ""))[1]
-        got = self._cand_cache.get((pair, route))
+        src, route = self._routes.get(pair, ("", ""))
+        got = self._cand_cache.get((pair, src, route))
         if got is None:
             a, b = pair
             if a not in self.topo.endpoints or b not in self.topo.endpoints:
                 got = {}
             else:
                 na, nb = self.topo.endpoints[a].nic, self.topo.endpoints[b].nic
+                got = self.paths.weighted_links(na, nb)
+                # The route runs from the endpoint that traced it, which may be
+                # either end of the (sorted) pair.
                 hops = route.split(">") if route else []
-                if hops and all(h in self.topo.switches for h in hops):
-                    got = {**self.paths.weighted_links(na, nb),
-                           **self.paths.route_links(na, nb, hops)}
-                else:
-                    got = self.paths.weighted_links(na, nb)
-            self._cand_cache[(pair, route)] = got
+                traced = self.paths.route_links(*((nb, na) if src == b else (na, nb)), hops)
+                if hops and all(link in self.topo.links for link in traced):
+                    got = {**got, **traced}
+            self._cand_cache[(pair, src, route)] = got
         return got
 
     def _localize(self, anomalous: dict[Pair, str], healthy: set[Pair],

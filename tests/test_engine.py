@@ -179,6 +179,31 @@ def test_active_check_overrules_state_and_localizes_what_it_measured(engine):
         assert by_pair[p].verdict == OK and "not checked: the prober" in by_pair[p].reason
 
 
+def test_route_traced_from_the_far_end_accuses_only_links_it_crossed(engine):
+    """A pair's route may be traced by either end. Traced from the higher
+    id, the hops run backwards relative to the sorted pair: the vote must
+    bracket them with the tracing end's NIC, never invent a NIC-to-far-ToR
+    link, and still put the loss on spine 0's side."""
+    for k in range(6):
+        feed(engine, k, sizes=(64, 1024))
+    now = T0 + 7 * W
+    cross = [(a, b) for a in range(4) for b in range(a + 1, 4) if LAY.tor_index(a) != LAY.tor_index(b)]
+    topo = parse_topology(layout_doc(LAY))
+
+    def check(a, b, spine, size, lost):  # traced and probed from b, the higher id
+        route = f"{LAY.tor(0, LAY.tor_index(b))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(a))}"
+        return WindowStats(LAY.endpoint(b, 0), LAY.endpoint(a, 0), now - 4, now - 1, size, 60,
+                           lost, 10, 12, 13, 14, 13, 1, 20, route=route)
+    windows = ([check(a, b, 0, s, 20 if s == 1024 else 0) for a, b in cross[:2] for s in (64, 1024)]
+               + [check(a, b, 1, s, 0) for a, b in cross[2:] for s in (64, 1024)])
+    out = engine.judge_check(windows, now)
+    assert out.findings
+    for f in out.findings:
+        assert f.component.id in topo.links or f.component.id in topo.switches, f.component.id
+    top = out.findings[0]
+    assert LAY.spine(0) in top.component.id and LAY.spine(1) not in top.component.id
+
+
 def test_active_check_latency_needs_history(engine):
     """A slow check window is a latency anomaly only against the pair's own
     history; a pair never seen before is judged on loss alone."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +25,9 @@ from tests.helpers import chromium, render_page, wait_for
 
 pytestmark = [requires_testbed, pytest.mark.testbed]
 WINDOW_S = 10
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "artifacts"
+EXAMPLE = ROOT / "examples" / "diagnose.py"
 LATE_S = 30
 
 
@@ -104,6 +108,14 @@ def test_link_down_is_fault_for_crossing_pairs_ok_for_others(dep):
         # Without traced routes ECMP alternatives tie: the faulty link is among the top votes.
         votes = dict(inc.evidence["votes"])
         assert votes[link] == max(votes.values())
+        # The documented example client, run as a diagnosis engine would run it,
+        # with the crossing pairs' endpoints: it names the same component.
+        eps = sorted({e for p in crossing for e in p})
+        ex = subprocess.run([sys.executable, str(EXAMPLE), f"127.0.0.1:{dep.analyzer.ports[0]}",
+                             *eps], capture_output=True, text=True, timeout=30, cwd=ROOT)
+        assert ex.returncode == 1, ex.stderr
+        assert ex.stdout.startswith("NETWORK_FAULT") and f" {inc.component.id} (LAYER_UNDERLAY" \
+            in ex.stdout, ex.stdout
         # A pair that does not cross the link, asked alone, is fine.
         if others:
             alone = dep.diagnose([others[0]], since=t_fault)
