@@ -180,20 +180,35 @@ class Detector:
             rows = np.array([self.index[keys[i]] for i in at], dtype=np.int64)
             hist[at], valid[at] = self.hist[rows], self.hvalid[rows]
             hs[at], hl[at] = self.hsent[rows].sum(axis=1), self.hlost[rows].sum(axis=1)
-        base = np.minimum(np.maximum(cfg.loss_baseline, hl / np.maximum(hs, 1)), 0.5)
-        loss_p = np.ones(len(keys))
-        some = lost > 0
-        loss_p[some] = sps.binom.sf(lost[some] - 1, sent[some], base[some])
+        _, loss_p = self._loss_p(sent, lost, hs, hl)
         loss = (lost >= cfg.loss_min_lost) & (loss_p < cfg.loss_alpha / max(1, len(keys)))
-        with warnings.catch_warnings():
+        ref_med, ref_p25, need, enough = self._latency_reference(hist, valid)
+        with np.errstate(invalid="ignore"):
+            slow = (np.isfinite(stats).all(axis=1) & enough
+                    & (stats[:, MEDIAN] - ref_med >= need) & (stats[:, P25] - ref_p25 >= need))
+        return loss, slow, lost >= sent, ref_med
+
+    def _loss_p(self, sent: np.ndarray, lost: np.ndarray, hs: np.ndarray, hl: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(baseline loss rate, binomial p-value of this many lost) of each
+        row against its own healthy history's loss."""
+        base = np.minimum(np.maximum(self.cfg.loss_baseline, hl / np.maximum(hs, 1)), 0.5)
+        loss_p = np.ones(len(sent))
+        some = lost > 0  # P(X >= 0) = 1: only windows with a loss need the test
+        loss_p[some] = sps.binom.sf(lost[some] - 1, sent[some], base[some])
+        return base, loss_p
+
+    def _latency_reference(self, hist: np.ndarray, valid: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(usual median, usual p25, the rise that counts, enough history)
+        per row from its healthy windows."""
+        cfg = self.cfg
+        with warnings.catch_warnings():  # rows without history: all-NaN medians
             warnings.simplefilter("ignore", RuntimeWarning)
             ref_med = np.nanmedian(np.where(valid, hist[:, :, MEDIAN], np.nan), axis=1)
             ref_p25 = np.nanmedian(np.where(valid, hist[:, :, P25], np.nan), axis=1)
         need = np.maximum(cfg.latency_min_shift_us, cfg.latency_rel_shift * np.nan_to_num(ref_med))
-        with np.errstate(invalid="ignore"):
-            slow = (np.isfinite(stats).all(axis=1) & (valid.sum(axis=1) >= cfg.lof_min_history)
-                    & (stats[:, MEDIAN] - ref_med >= need) & (stats[:, P25] - ref_p25 >= need))
-        return loss, slow, lost >= sent, ref_med
+        return ref_med, ref_p25, need, valid.sum(axis=1) >= cfg.lof_min_history
 
     def observe(self, rows: np.ndarray, stats: np.ndarray, sent: np.ndarray, lost: np.ndarray,
                 window_start: float, window_end: float, groups: Groups | None = None
@@ -206,11 +221,7 @@ class Detector:
         unreachable = lost >= sent
         # Loss against the row's own healthy history.
         hs, hl = self.hsent[rows].sum(axis=1), self.hlost[rows].sum(axis=1)
-        base = np.maximum(cfg.loss_baseline, hl / np.maximum(hs, 1))
-        base = np.minimum(base, 0.5)
-        loss_p = np.ones(len(rows))
-        some = lost > 0  # P(X >= 0) = 1: only windows with a loss need the test
-        loss_p[some] = sps.binom.sf(lost[some] - 1, sent[some], base[some])
+        base, loss_p = self._loss_p(sent, lost, hs, hl)
         # loss_alpha is the window's false-alarm budget across every test
         # (Bonferroni): half a million pairs must not make noise significant.
         alpha = cfg.loss_alpha / max(1, len(rows) + (groups.count if groups is not None else 0))
@@ -224,12 +235,7 @@ class Detector:
         hist = self.hist[rows]
         valid = self.hvalid[rows]
         has_rtt = np.isfinite(stats).all(axis=1)
-        with warnings.catch_warnings():  # rows without history: all-NaN medians
-            warnings.simplefilter("ignore", RuntimeWarning)
-            ref_med = np.nanmedian(np.where(valid, hist[:, :, MEDIAN], np.nan), axis=1)
-            ref_p25 = np.nanmedian(np.where(valid, hist[:, :, P25], np.nan), axis=1)
-        need = np.maximum(cfg.latency_min_shift_us, cfg.latency_rel_shift * np.nan_to_num(ref_med))
-        enough = valid.sum(axis=1) >= cfg.lof_min_history
+        ref_med, ref_p25, need, enough = self._latency_reference(hist, valid)
         with np.errstate(invalid="ignore"):
             shifted = (has_rtt & enough & (stats[:, MEDIAN] - ref_med >= need)
                        & (stats[:, P25] >= ref_p25))
