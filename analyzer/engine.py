@@ -205,6 +205,9 @@ class Analyzer:
             self._last_probe[src] = start
         horizon = start - self.cfg.history_seconds
         self._silent = {e for e, t in self._last_probe.items() if horizon <= t < start}
+        self._note_routes(windows)
+
+    def _note_routes(self, windows: Iterable[WindowStats]) -> None:
         for w in windows:
             if w.route:
                 self._routes[pair_key(w.src, w.dst)] = (w.src, w.route)
@@ -405,14 +408,20 @@ class Analyzer:
                if (i.end is None or not open_only) and (i.end is None or i.end >= since)]
         return sorted(out, key=lambda i: (i.start, i.id))
 
+    def require_known(self, endpoints: Iterable[str], rpc: str) -> None:
+        for e in endpoints:
+            if e not in self.known_endpoints:
+                raise NotFoundError(f"{rpc}: unknown endpoint '{e}'")
+
+    def _check_ask(self, endpoints: Sequence[str], pairs: Sequence[Pair]) -> None:
+        if not endpoints and not pairs:
+            raise InputError("Diagnose: name at least one endpoint or pair")
+        self.require_known((*endpoints, *(x for p in pairs for x in p)), "Diagnose")
+
     def check_pairs(self, endpoints: Sequence[str], pairs: Sequence[Pair]) -> list[Pair]:
         """The monitored pairs an active check of these endpoints and pairs
         covers; unknown endpoints are an error, as for Diagnose."""
-        if not endpoints and not pairs:
-            raise InputError("Diagnose: name at least one endpoint or pair")
-        for e in (*endpoints, *(x for p in pairs for x in p)):
-            if e not in self.known_endpoints:
-                raise NotFoundError(f"Diagnose: unknown endpoint '{e}'")
+        self._check_ask(endpoints, pairs)
         asked = [pair_key(a, b) for a, b in pairs]
         for e in endpoints:
             asked.extend(sorted(self._by_endpoint.get(e, ())))
@@ -423,9 +432,7 @@ class Analyzer:
         traced) judged against each pair's history, then localized with the
         latest analysed window's healthy pairs clearing what they cross."""
         good = [w for w in windows if w.problem() is None]
-        for w in good:
-            if w.route:
-                self._routes[pair_key(w.src, w.dst)] = (w.src, w.route)
+        self._note_routes(good)
         stats = np.array([[getattr(w, k) for k in STATS] for w in good],
                          dtype=np.float64).reshape(len(good), len(STATS))
         loss, slow, unreachable, ref = self.detector.judge_check(
@@ -478,22 +485,16 @@ class Analyzer:
             elif v.pair in unchecked:
                 v = dataclasses.replace(v, reason=f"{v.reason}; not checked: {unchecked[v.pair]}")
             verdicts.append(v)
-        kinds = {v.verdict for v in verdicts}
-        overall = FAULT if FAULT in kinds else INCONCLUSIVE if INCONCLUSIVE in kinds else OK
-        return Diagnosis(verdict=overall, pairs=verdicts, incidents=d.incidents,
+        return Diagnosis(verdict=_overall(verdicts), pairs=verdicts, incidents=d.incidents,
                          check_findings=outcome.findings)
 
     def diagnose(self, endpoints: Sequence[str], pairs: Sequence[Pair], start: float, end: float,
                  now: float) -> Diagnosis:
-        if not endpoints and not pairs:
-            raise InputError("Diagnose: name at least one endpoint or pair")
+        self._check_ask(endpoints, pairs)
         end = end or now
         start = start or end - DEFAULT_RANGE_S
         if start > end:
             raise InputError(f"Diagnose: start {start} is after end {end}")
-        for e in (*endpoints, *(x for p in pairs for x in p)):
-            if e not in self.known_endpoints:
-                raise NotFoundError(f"Diagnose: unknown endpoint '{e}'")
         asked: list[Pair] = [pair_key(a, b) for a, b in pairs]
         verdicts: list[PairVerdict] = []
         for e in endpoints:
@@ -524,13 +525,17 @@ class Analyzer:
         verdicts = [dataclasses.replace(v, route_from=self._routes[v.pair][0],
                                         route=self._routes[v.pair][1])
                     if v.pair in self._routes else v for v in verdicts]
-        kinds = {v.verdict for v in verdicts}
-        overall = FAULT if FAULT in kinds else INCONCLUSIVE if INCONCLUSIVE in kinds else OK
-        return Diagnosis(verdict=overall, pairs=verdicts,
+        return Diagnosis(verdict=_overall(verdicts), pairs=verdicts,
                          incidents=sorted(incidents.values(), key=lambda i: i.id))
 
 
 _STATS_OF = attrgetter(*STATS)
+
+
+def _overall(verdicts: list[PairVerdict]) -> str:
+    """Any fault is a fault; otherwise any doubt is inconclusive."""
+    kinds = {v.verdict for v in verdicts}
+    return FAULT if FAULT in kinds else INCONCLUSIVE if INCONCLUSIVE in kinds else OK
 
 
 def _contains(sorted_ids: np.ndarray, x: int) -> bool:

@@ -15,7 +15,7 @@ from netskel import serde
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
-from netskel.errors import NotFoundError, UnavailableError
+from netskel.errors import UnavailableError
 from netskel.grpcserver import map_errors
 from netskel.model import Incident, WindowStats
 
@@ -94,9 +94,7 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
                     ) -> dpb.PairHistoryResponse:
         a, b = request.pair.a, request.pair.b
         with self.lock:
-            for e in (a, b):
-                if e not in self.engine.known_endpoints:
-                    raise NotFoundError(f"PairHistory: unknown endpoint '{e}'")
+            self.engine.require_known((a, b), "PairHistory")
             points = self.engine.history.points((a, b), request.since)
         return dpb.PairHistoryResponse(points=[
             dpb.HistoryPoint(window_start=p.start, size=p.size, rtt_median=p.median_us,
