@@ -98,22 +98,21 @@ class ControllerState:
                  len(self.regs), len(self.lists))
 
     # -- membership ---------------------------------------------------------
+    def _member_endpoint(self, id: str, nic: str, host: str, ip: str | None) -> MemberEndpoint:
+        n = self.topo.nics[nic]
+        return MemberEndpoint(id=id, nic=nic, host=host, rail=n.rail, ip=ip or "",
+                              nic_ip=n.ip or "")
+
     def _members(self) -> dict[str, Member]:
         members: dict[str, Member] = {}
         for c in self.topo.containers.values():
             if c.id in self.departed:
                 continue
-            eps = tuple(MemberEndpoint(id=e.id, nic=e.nic, host=c.host,
-                                       rail=self.topo.nics[e.nic].rail, ip=e.ip or "",
-                                       nic_ip=self.topo.nics[e.nic].ip or "")
-                        for e in c.endpoints)
+            eps = tuple(self._member_endpoint(e.id, e.nic, c.host, e.ip) for e in c.endpoints)
             members[c.id] = Member(id=c.id, job=c.job, host=c.host, endpoints=eps,
                                    probe_port=0, active=False)
         for r in self.regs.values():
-            eps = tuple(MemberEndpoint(id=e.id, nic=e.nic, host=r.host,
-                                       rail=self.topo.nics[e.nic].rail, ip=e.ip,
-                                       nic_ip=self.topo.nics[e.nic].ip or "")
-                        for e in r.endpoints)
+            eps = tuple(self._member_endpoint(e.id, e.nic, r.host, e.ip) for e in r.endpoints)
             members[r.container] = Member(id=r.container, job=r.job, host=r.host, endpoints=eps,
                                           probe_port=r.probe_port, active=r.ready)
         return members

@@ -64,10 +64,11 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
             th.join(timeout=5)
         prober.close()
     out = []
+    by_key = {(t.src, t.dst): t for t in mine}
     with lock:
         for (src, dst, size), n in sorted(sent.items()):
             w = summarize(src, dst, start, end, size, n, rtts.get((src, dst, size), []))
-            tgt = next(t for t in mine if t.src == src and t.dst == dst)
+            tgt = by_key[(src, dst)]
             tr = routes.get((tgt.src_nic_ip, tgt.dst_nic_ip))
             out.append(dataclasses.replace(w, route=tr.route(switch_names)) if tr else w)
     return out
