@@ -46,7 +46,7 @@ def _run(args: list[str]) -> tuple[float, str | None]:
                           text=True, cwd=ROOT)
     took = time.perf_counter() - t
     if done.returncode != 0:
-        return took, (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]
+        return took, (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
     return took, None
 
 
