@@ -1,21 +1,23 @@
 """Traffic-skeleton inference from NIC byte counters: pure functions of data.
 
+Follows the physics of real training (controller/timing.py says why):
 1. Counters -> rates on one time grid (resets, gaps, unsorted rows, any
    interval, host clock offsets of tens of ms).
-2. Is the job periodic? Autocorrelation of its aggregate rate finds the
-   iteration period; no clear period -> the rail-aligned list, flagged.
-3. Features per endpoint: the burst profile folded over the period plus the
-   STFT magnitude at the period's harmonics (scipy.signal.stft).
-4. Per rail, hierarchical clustering into equal groups (the count chosen
-   from the largest gap in merge heights, among divisors of the count);
-   clusters on different rails with the same hosts and the same position in
-   their containers are one data-parallel group (a host may carry several
-   data-parallel ranks when TP is smaller than its NIC count).
-5. Pipeline: groups on a rail are stages; adjacent stages exchange
-   activations (one's tx overlaps the other's rx); the forward direction is
-   the one whose overlap comes first. Corresponding endpoints of adjacent
-   stages are matched by fine-timing correlation (each replica keeps its own
-   jitter); where that is ambiguous all cross pairs are kept (recall first).
+2. Iterations: the job's symmetric (tx ~ rx) collective bursts, cut at each
+   iteration's job-wide sync point; none repeating -> the rail-aligned list
+   at low confidence (a debug job).
+3. Stages: each endpoint's reduction time within the iteration, relative to
+   the job: stages reduce one microbatch's backward apart, last stage first,
+   far more than clocks disagree. Equal levels of those offsets, each with
+   the same share of every rail, are the stages, ordered latest-first.
+4. Data-parallel groups: one stage's endpoints on one rail (a collective's
+   members burst together; NCCL keeps it on the rail).
+5. Partners in adjacent stages: each replica keeps its own pace (stragglers,
+   stalls), shared by all its stages and tensor-parallel ranks; replicas are
+   chained stage by stage by that pace. Where the pace cannot tell, every
+   cross pair is kept: uncertainty widens the list, never drops a pair.
+6. Tensor parallelism: the endpoints of a container in one stage that move
+   as one; dp = N / (tp x pp). Expert groups from the all-to-all pace.
 """
 
 from __future__ import annotations
@@ -24,24 +26,32 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import signal
 from scipy.cluster import hierarchy
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import squareform
 
 from controller.pinglist import id_hash, owner_bits
+from controller.timing import (
+    activity_wobble,
+    collective_mask,
+    collective_offsets,
+    find_iterations,
+    high_passed,
+    symmetric,
+)
 from netskel.arrays import factorize, pair_order
 from netskel.errors import InputError
 from netskel.model import pair_key
 from netskel.topology import Topology
 
-MIN_PERIODICITY = 0.3
-PROFILE_BINS = 48
-HARMONICS = 8
-MIN_MATCH_MARGIN = 0.05  # below: timing says nothing, keep every cross pair
-AMBIGUITY = 0.15  # a runner-up this close to the best is kept too
-SIGNIFICANCE = 4.0  # partners must agree this many noise levels above chance
-MIN_CHAIN_CLARITY = 1.5  # adjacent stages must exchange this much more than others
+MIN_REGULARITY = 0.6  # share of iterations near the period for a job to count as training
+MIN_STAGE_SEPARATION = 0.7  # silhouette of reduction offsets that makes stages
+MAX_STAGES = 64
+SIGNIFICANCE = 4.0  # an expert / tensor-parallel split must agree this many noise levels above chance
+CHAIN_SIGNIFICANCE = 2.0  # replicas' assigned pace must agree this many noise levels above chance
+TP_MAJORITY = 0.75  # share of containers that must split alike to show tensor groups
+TRANSFER_MARGIN = 0.2  # partners' transfer correlation must beat the rest by this
+AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 
 
 @dataclass
@@ -181,81 +191,6 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     return Rates(endpoints=list(wanted), t0=start, dt=dt, tx=out_tx, rx=out_rx)
 
 
-def find_period(total: np.ndarray, dt: float) -> tuple[float, float]:
-    """(period in seconds, strength in [0, 1]) from the aggregate's
-    autocorrelation; strength near 0 means no iteration structure."""
-    x = total - total.mean()
-    n = len(x)
-    if n < 16 or not np.any(x):
-        return 0.0, 0.0
-    spec = np.fft.rfft(x, 2 * n)
-    acf = np.fft.irfft(spec * np.conj(spec))[:n]
-    acf = acf / acf[0]
-    acf = acf * n / (n - np.arange(n))  # unbiased: long lags have fewer terms
-    lo, hi = 3, n // 3
-    if hi <= lo + 2:
-        return 0.0, 0.0
-    # Peaks are picked on a lightly smoothed ACF: a period that is not a whole
-    # number of samples splits its peak over two neighbouring lags.
-    smooth = np.convolve(acf, np.ones(3) / 3, mode="same")
-    seg = smooth[lo:hi]
-    # The first lag where the ACF dips below zero, then its highest peak.
-    neg = np.flatnonzero(seg < 0)
-    if len(neg) == 0:
-        return 0.0, 0.0
-    tail = seg[neg[0]:]
-    top = float(tail.max())
-    # The first local maximum nearly as high as the best: multiples of the
-    # period are as high as the period itself.
-    local = np.flatnonzero((tail[1:-1] >= tail[:-2]) & (tail[1:-1] >= tail[2:])
-                           & (tail[1:-1] >= 0.5 * top)) + 1
-    peak = neg[0] + (int(local[0]) if len(local) else int(np.argmax(tail)))
-    lag = lo + peak
-    strength = float(acf[lag - 1:lag + 2].max())
-    # Refine with the farthest multiple of the period still well inside the data.
-    best = float(lag)
-    for k in range(2, 10):
-        c = int(round(k * best))
-        if c < 3 or c + 2 >= hi:
-            break
-        w = slice(c - 2, c + 3)
-        j = c - 2 + int(np.argmax(acf[w]))
-        strength = max(strength, float(acf[j]))
-        if 0 < j < n - 1:
-            a, b, cc = acf[j - 1], acf[j], acf[j + 1]
-            denom = a - 2 * b + cc
-            frac = 0.5 * (a - cc) / denom if denom else 0.0
-            refined = (j + frac) / k
-            if abs(refined - lag) <= 1.0:  # a multiple of the period, not a stray peak
-                best = refined
-    return best * dt, max(0.0, min(1.0, strength))
-
-
-def features(r: Rates, period: float) -> np.ndarray:
-    """The burst pattern as Fourier coefficients at the period's harmonics,
-    rotated so that the fundamental has phase 0: host clocks disagree by tens
-    of milliseconds, but where a stage's bursts sit relative to each other
-    does not. The STFT magnitude at the same harmonics (shift-invariant as
-    well) is appended."""
-    total = (r.tx + r.rx).astype(np.float64)
-    e, n = total.shape
-    t = np.arange(n) * r.dt
-    k = np.arange(1, HARMONICS * 2 + 1)
-    basis = np.exp(-2j * np.pi * np.outer(t, k) / period)
-    x = (total - total.mean(axis=1, keepdims=True)) @ basis
-    rot = np.conj(x[:, :1]) / (np.abs(x[:, :1]) + 1e-12)
-    # Weight 1/sqrt(k): real bursts are jittery, high harmonics are noisier.
-    y = x * rot ** k[None, :] / np.sqrt(k)[None, :]
-    y /= np.linalg.norm(y, axis=1, keepdims=True) + 1e-12
-    nper = int(min(n, max(16, round(4 * period / r.dt))))
-    freqs, _, z = signal.stft(total, fs=1.0 / r.dt, nperseg=nper, axis=-1)
-    mag = np.abs(z).mean(axis=-1)
-    harm = np.array([np.argmin(np.abs(freqs - j / period)) for j in range(1, HARMONICS + 1)])
-    spec = mag[:, harm]
-    spec /= np.linalg.norm(spec, axis=1, keepdims=True) + 1e-9
-    return np.hstack([y.real, y.imag, 0.5 * spec])
-
-
 def distances(x: np.ndarray) -> np.ndarray:
     """Euclidean distance matrix in one BLAS pass."""
     sq = np.einsum("ij,ij->i", x, x)
@@ -277,6 +212,11 @@ def silhouette(d: np.ndarray, labels: np.ndarray) -> float:
     onehot = np.zeros((n, g))
     onehot[np.arange(n), labels] = 1.0
     sums = d @ onehot  # (n, g): each point's distance sum to every cluster
+    return _silhouette_from_sums(sums, sizes, labels)
+
+
+def _silhouette_from_sums(sums: np.ndarray, sizes: np.ndarray, labels: np.ndarray) -> float:
+    n = len(labels)
     own = sizes[labels]
     a = sums[np.arange(n), labels] / np.maximum(own - 1, 1)
     mean_other = sums / np.maximum(sizes, 1)[None, :]
@@ -285,6 +225,22 @@ def silhouette(d: np.ndarray, labels: np.ndarray) -> float:
     s = (b - a) / np.maximum(np.maximum(a, b), 1e-300)
     s[own == 1] = 0.0
     return float(s.mean())
+
+
+def silhouette_1d(x: np.ndarray, labels: np.ndarray) -> float:
+    """The silhouette of a split of scalars, from sorted prefix sums: no n x n
+    matrix, so 32,768 endpoints cost O(n g log n)."""
+    g = int(labels.max()) + 1
+    if not 1 < g < len(x):
+        return 0.0
+    sizes = np.bincount(labels, minlength=g)
+    sums = np.empty((len(x), g))
+    for c in range(g):
+        v = np.sort(x[labels == c])
+        pre = np.concatenate([[0.0], np.cumsum(v)])
+        k = np.searchsorted(v, x, side="right")
+        sums[:, c] = x * k - pre[k] + (pre[-1] - pre[k]) - x * (len(v) - k)
+    return _silhouette_from_sums(sums, sizes, labels)
 
 
 def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
@@ -318,281 +274,255 @@ def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
     return best[1].astype(np.int64), best[0]
 
 
-def _overlap(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-9))
+@dataclass(frozen=True)
+class StageSplit:
+    labels: np.ndarray  # stage per endpoint, 0 = first stage
+    separation: float  # silhouette of the chosen split (pp > 1)
+    best_other: float  # silhouette of the best split not taken
 
 
-def _folded(x: np.ndarray, dt: float, period: float) -> np.ndarray:
-    """Mean rate per phase bin; no finer than the sampling, so no bin is empty."""
-    n = x.shape[-1]
-    nb = int(min(PROFILE_BINS, max(4, period // dt)))
-    bins = np.minimum((((np.arange(n) * dt) / period) % 1.0 * nb).astype(np.int64), nb - 1)
-    counts = np.maximum(np.bincount(bins, minlength=nb), 1)
-    return np.bincount(bins, weights=x, minlength=nb) / counts
-
-
-def quiet_phase(profile: np.ndarray) -> tuple[int, int]:
-    """(end bin, middle bin) of the longest circular run of quiet bins: where
-    one iteration ends and the next begins."""
-    quiet = profile < 0.05 * profile.max()
-    nb = len(profile)
-    best_len, best_end, run = 0, 0, 0
-    for i in range(2 * nb):
-        if quiet[i % nb]:
-            run += 1
-            if best_len < run <= nb:
-                best_len, best_end = run, (i + 1) % nb
+def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
+    """Pipeline stages as levels of the reduction offsets: equal groups of
+    consecutive offsets, each holding the same number of endpoints of every
+    rail; the count with the clearest separation wins, and none (pp = 1)
+    unless it is clear. The latest reduction is stage 0 (the last stage's
+    backward ends first, so it reduces first)."""
+    n = len(offset)
+    order = np.argsort(-offset, kind="stable")
+    rails, rail_code = np.unique(rail_of, return_inverse=True)
+    per_rail = np.bincount(rail_code)
+    best: tuple[float, np.ndarray | None] = (0.0, None)
+    other = 0.0
+    for g in range(2, min(MAX_STAGES, n // 2) + 1):
+        if n % g or np.any(per_rail % g):
+            continue
+        labels = np.empty(n, dtype=np.int64)
+        labels[order] = np.repeat(np.arange(g), n // g)
+        sep = silhouette_1d(offset, labels)
+        counts = np.bincount(labels * len(rails) + rail_code, minlength=g * len(rails))
+        if np.any(counts != np.tile(per_rail // g, g)):
+            other = max(other, sep)
+            continue
+        if sep > best[0]:
+            if best[1] is not None:
+                other = max(other, best[0])
+            best = (sep, labels)
         else:
-            run = 0
-    return best_end, (best_end - best_len // 2) % nb
+            other = max(other, sep)
+    if best[1] is None or best[0] < MIN_STAGE_SEPARATION:
+        return StageSplit(np.zeros(n, dtype=np.int64), 0.0, max(other, best[0]))
+    return StageSplit(best[1], best[0], other)
 
 
-def order_stages(groups: list[np.ndarray], r: Rates, period: float) -> tuple[list[int], float]:
-    """Chain the groups of one rail by activation exchange, oriented forward;
-    and how clearly: the weakest chain link over the strongest non-link."""
-    k = len(groups)
-    if k == 1:
-        return [0], float("inf")
-    tx = [_folded(r.tx[g].mean(axis=0), r.dt, period) for g in groups]
-    rx = [_folded(r.rx[g].mean(axis=0), r.dt, period) for g in groups]
-    w = np.zeros((k, k))
-    for i in range(k):
-        for j in range(k):
-            if i != j:
-                w[i, j] = _overlap(tx[i], rx[j]) + _overlap(tx[j], rx[i])
-    # Greedy path: strongest exchanges first, degree <= 2, no cycle.
-    parent = list(range(k))
-
-    def root(a: int) -> int:
-        while parent[a] != a:
-            a = parent[a]
-        return a
-    deg = [0] * k
-    adj: dict[int, list[int]] = defaultdict(list)
-    edges = sorted(((a, b) for a in range(k) for b in range(a + 1, k)), key=lambda p: -w[p])
-    for i, j in edges:
-        if deg[i] < 2 and deg[j] < 2 and root(i) != root(j):
-            adj[i].append(j)
-            adj[j].append(i)
-            deg[i] += 1
-            deg[j] += 1
-            parent[root(i)] = root(j)
-    ends = [i for i in range(k) if deg[i] <= 1]
-    chain = [ends[0]]
-    while len(chain) < k:
-        nxt = [j for j in adj[chain[-1]] if j not in chain]
-        if not nxt:
-            break
-        chain.append(nxt[0])
-    if len(chain) < k:
-        return list(range(k)), 0.0
-    links = {frozenset(p) for p in zip(chain, chain[1:], strict=False)}
-    on = min(w[a, b] for a, b in zip(chain, chain[1:], strict=False))
-    off = max((w[a, b] for a in range(k) for b in range(a + 1, k)
-               if frozenset((a, b)) not in links), default=0.0)
-    clarity = on / off if off > 0 else float("inf")
-
-    # Orientation: the first stage bursts first in forward. The iteration
-    # starts where the job's longest quiet stretch ends.
-    job = sum(t + x for t, x in zip(tx, rx, strict=True))
-    best_end, _ = quiet_phase(job)
-    quiet = job < 0.05 * job.max()
-    background = float(np.median(job[quiet])) / k if quiet.any() else 0.0
-
-    def onset(g: int) -> int:
-        """When a group first transmits: the next stage receives at that very
-        moment, so only transmissions tell who went first."""
-        prof = np.roll(tx[g], -best_end)
-        floor = max(5 * background, 0.02 * float(prof.max()))
-        return int(np.argmax(prof > floor))
-    if onset(chain[-1]) < onset(chain[0]):
-        chain = chain[::-1]
-    return chain, clarity
+def tensor_units(members: list[np.ndarray], fine: np.ndarray) -> list[np.ndarray]:
+    """Each container's endpoints in one stage, split into the tensor-parallel
+    groups they hold. A TP group's ranks send their shards of every
+    activation at the same instants, so their fine-grained (high-passed)
+    traffic correlates; a container holding two replicas (tp4 on an 8-NIC
+    host) falls into two equal blocks. The split must be the same in most
+    containers of the job: a chance split in a few is noise."""
+    splits: list[np.ndarray | None] = []
+    for m in members:
+        if len(m) < 4:
+            splits.append(None)
+            continue
+        y = fine[m] - fine[m].mean(axis=1, keepdims=True)
+        y /= np.linalg.norm(y, axis=1, keepdims=True) + 1e-12
+        labels, _sep = equal_clusters(y, [str(i) for i in range(len(m))], min_separation=0.0)
+        splits.append(labels if labels.max() > 0 else None)
+    counts = [int(lab.max()) + 1 if lab is not None else 1 for lab in splits]
+    g = max(set(counts), key=counts.count)
+    if g == 1 or counts.count(g) < TP_MAJORITY * len(counts):
+        return list(members)
+    out: list[np.ndarray] = []
+    for m, lab in zip(members, splits, strict=True):
+        if lab is None or int(lab.max()) + 1 != g:
+            out.append(m)
+        else:
+            out.extend(m[lab == c] for c in range(g))
+    return out
 
 
-def iteration_boundary(r: Rates, members: np.ndarray, period: float) -> float:
-    """Where, within the period, these endpoints' iterations end: the middle
-    of their longest quiet stretch (seconds from the grid's start, mod period)."""
-    prof = _folded((r.tx[members] + r.rx[members]).mean(axis=0), r.dt, period)
-    _, mid = quiet_phase(prof)
-    return float(mid / len(prof) * period)
+def _unit_rows(units: list[np.ndarray], wobble: np.ndarray) -> np.ndarray:
+    rows = np.stack([wobble[u].mean(axis=0) for u in units])
+    rows -= rows.mean(axis=1, keepdims=True)
+    return np.asarray(rows / (np.linalg.norm(rows, axis=1, keepdims=True) + 1e-12))
 
 
-def jitter_sequences(r: Rates, idx: np.ndarray, period: float, boundary: float,
-                     weigh: str) -> np.ndarray:
-    """Per endpoint, the byte-weighted centre of its traffic in each
-    iteration, detrended: a replica's timing wobble from iteration to
-    iteration, shared by all its stages; constant clock offsets cancel.
-
-    weigh: "total" (tx + rx); "one_way" (|tx - rx|: the all-reduce sends and
-    receives at once, cancels, and no longer dilutes the activations' wobble,
-    but a middle stage sending and receiving activations at once cancels them
-    too, so callers try both); "two_way" (min(tx, rx): collectives, among
-    them the all-to-all that moves with its expert group). Apart from
-    "total", only traffic above the background floor counts: quiet-time noise
-    has a long lever arm on a centre of mass."""
-    tx, rx = r.tx[idx].astype(np.float64), r.rx[idx]
-    if weigh == "total":
-        x = tx + rx
-    else:
-        x = np.abs(tx - rx) if weigh == "one_way" else np.minimum(tx, rx)
-        x = np.maximum(x - 2.0 * np.median(x, axis=1, keepdims=True), 0.0)
-    n = x.shape[1]
-    t = np.arange(n) * r.dt
-    it = np.floor((t - boundary) / period).astype(np.int64)
-    first, last = it.min() + 1, it.max() - 1  # whole iterations only
-    keep = (it >= first) & (it <= last)
-    k = last - first + 1
-    if k < 3:
-        return np.zeros((len(idx), 0))
-    onehot = np.zeros((n, k))
-    onehot[np.flatnonzero(keep), it[keep] - first] = 1.0
-    den = x @ onehot
-    cen = ((x * t[None, :]) @ onehot) / np.maximum(den, 1e-9)
-    # Iteration k sits near k periods: remove each endpoint's own line (which
-    # also absorbs a slightly wrong period and its clock offset).
-    ks = np.arange(k, dtype=np.float64)
-    design = np.stack([np.ones(k), ks - ks.mean()], axis=1)
-    coef, *_ = np.linalg.lstsq(design, cen.T, rcond=None)
-    return np.asarray(cen - (design @ coef).T)
+def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: np.ndarray,
+                    nrx: np.ndarray, rail_of: np.ndarray) -> np.ndarray:
+    """How well each unit's sends show as the other's receives at the same
+    instants (and back), over their same-rail endpoints: the transfer itself
+    between pipeline partners. Rows of ntx/nrx are unit-norm residuals."""
+    out = np.zeros((len(a_units), len(b_units)))
+    for i, a in enumerate(a_units):
+        for j, b in enumerate(b_units):
+            ga, gb = np.meshgrid(a, b, indexing="ij")
+            same = rail_of[ga] == rail_of[gb]
+            x, y = ga[same], gb[same]
+            if len(x):
+                out[i, j] = float(np.mean(np.einsum("ij,ij->i", ntx[x], nrx[y])
+                                          + np.einsum("ij,ij->i", nrx[x], ntx[y]))) / 2
+    return out
 
 
-def match_partners(a_idx: np.ndarray, b_idx: np.ndarray, seq: dict[int, np.ndarray]
-                   ) -> tuple[list[tuple[int, int]], float]:
-    """Corresponding endpoints of two adjacent stages: the pairing whose
-    timing wobbles agree best, plus, for recall, any pair nearly as good as
-    an endpoint's assigned partner. Returns the pairs and how clearly the
-    timing separates partners (median margin over the runner-up)."""
-    sa = np.stack([seq[int(i)] for i in a_idx])
-    sb = np.stack([seq[int(i)] for i in b_idx])
-    if sa.shape[1] < 3:
-        return [], 0.0
-    sa = sa / (np.linalg.norm(sa, axis=1, keepdims=True) + 1e-12)
-    sb = sb / (np.linalg.norm(sb, axis=1, keepdims=True) + 1e-12)
-    c = sa @ sb.T
-    # Correlations of K unrelated wobbles scatter by about 1/sqrt(K).
-    noise = 1.0 / np.sqrt(sa.shape[1])
-    rows, cols = linear_sum_assignment(-c)
-    if float(np.median(c[rows, cols])) < SIGNIFICANCE * noise:
-        return [], 0.0  # timing carries no partner information
-    keep = np.zeros_like(c, dtype=bool)
-    keep[rows, cols] = True
-    if c.shape[1] > 1:  # a close runner-up may be the real partner: keep it too
-        order = np.argsort(-c, axis=1)
-        first = c[np.arange(len(c)), order[:, 0]]
-        second = c[np.arange(len(c)), order[:, 1]]
-        close = (first - second) < max(AMBIGUITY, 2.0 * noise)
-        keep[np.flatnonzero(close), order[close, 0]] = True
-        keep[np.flatnonzero(close), order[close, 1]] = True
-    runner = np.sort(c, axis=1)[:, -2] if c.shape[1] > 1 else np.zeros(len(rows))
-    margin = float(np.median(c[rows, cols] - runner[rows])) if len(rows) else 0.0
-    pairs = [(int(a_idx[i]), int(b_idx[j])) for i, j in zip(*np.nonzero(keep), strict=True)]
-    return pairs, margin
+def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
+                   rail_of: np.ndarray, ntx: np.ndarray, nrx: np.ndarray
+                   ) -> tuple[list[np.ndarray], list[str]]:
+    """Pairs of corresponding endpoints in adjacent stages. Replicas are built
+    as chains, stage by stage: each next stage's units are assigned to the
+    chains whose pace they share (the chain's mean wobble so far, so every
+    stage adds evidence). Units only join chains over the same rails. A unit
+    whose best chain is not clearly better than another keeps both (recall
+    first); a stage whose assignment is no better than chance keeps every
+    cross pair."""
+    k = wobble.shape[1]
+    noise = 1.0 / np.sqrt(max(k, 1))
+    chunks: list[np.ndarray] = []
+    notes: list[str] = []
+    by_rails: dict[tuple[int, ...], list[list[np.ndarray]]] = defaultdict(list)
+    for s, units in enumerate(stage_units):
+        for u in units:
+            key = tuple(sorted(set(rail_of[u].tolist())))
+            while len(by_rails[key]) <= s:
+                by_rails[key].append([])
+            by_rails[key][s].append(u)
+    for key, stages in by_rails.items():
+        chains = [[u] for u in stages[0]] if stages else []
+        for s in range(1, len(stages)):
+            prev = [c[-1] for c in chains]
+            nxt = stages[s]
+            if not chains or len(nxt) != len(chains):
+                chunks.extend(_same_rail_cross(prev, nxt, rail_of))
+                notes.append(f"rails {list(key)}: stages {s - 1}/{s} have unequal replicas, "
+                             "kept all cross pairs")
+                continue
+            tmpl = _unit_rows([np.concatenate(c) for c in chains], wobble)
+            c = tmpl @ _unit_rows(nxt, wobble).T
+            rows, cols = linear_sum_assignment(-c)
+            assigned = c[rows, cols]
+            tolerance = AMBIGUITY * noise
+            if len(chains) > 1 and float(np.median(assigned)) < CHAIN_SIGNIFICANCE * noise:
+                # The pace is too weak here: try the transfers themselves.
+                c = transfer_scores(prev, nxt, ntx, nrx, rail_of)
+                rows, cols = linear_sum_assignment(-c)
+                others = (c.sum(axis=1) - c[rows, cols]) / max(1, len(nxt) - 1)
+                if float(np.median(c[rows, cols] - others)) < TRANSFER_MARGIN:
+                    chunks.extend(_same_rail_cross(prev, nxt, rail_of))
+                    notes.append(f"rails {list(key)}: stages {s - 1}/{s}: neither pace nor "
+                                 "transfers tell partners, kept all cross pairs")
+                    chains = [ch + [nxt[j]] for ch, j in zip(chains, cols, strict=True)]
+                    continue
+                tolerance = TRANSFER_MARGIN
+            for i, j in zip(rows, cols, strict=True):
+                close = np.flatnonzero(c[i] >= c[i, j] - tolerance)
+                chunks.extend(_same_rail_cross([prev[i]], [nxt[x] for x in close], rail_of))
+            chains = [chains[i] + [nxt[j]] for i, j in zip(rows, cols, strict=True)]
+    return chunks, notes
+
+
+def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    """Each row minus its group's mean row, scaled to unit norm: what the
+    group's members share (the iteration's common rhythm) removed."""
+    out = np.empty_like(x)
+    for g in groups:
+        out[g] = x[g] - x[g].mean(axis=0, keepdims=True)
+    out /= np.linalg.norm(out, axis=1, keepdims=True) + 1e-12
+    return out
+
+
+def _same_rail_cross(a_units: list[np.ndarray], b_units: list[np.ndarray],
+                     rail_of: np.ndarray) -> list[np.ndarray]:
+    out = []
+    for a in a_units:
+        for b in b_units:
+            ga, gb = np.meshgrid(a, b, indexing="ij")
+            same = rail_of[ga] == rail_of[gb]
+            if same.any():
+                out.append(np.stack([ga[same], gb[same]], axis=1))
+    return out
 
 
 def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     eps = r.endpoints
-    nic = [topo.nics[topo.endpoints[e].nic] for e in eps]
-    total = (r.tx + r.rx).astype(np.float64)
-    z = (total - total.mean(axis=1, keepdims=True)) / (total.std(axis=1, keepdims=True) + 1e-9)
-    period, strength = find_period(z.mean(axis=0), r.dt)
-    if strength < MIN_PERIODICITY or period <= 0:
-        return rail_aligned(topo, job, eps, f"no periodic traffic (periodicity {strength:.2f})")
-    feats = features(r, period)
-    by_rail: dict[int, list[int]] = defaultdict(list)
-    for i, nc in enumerate(nic):
-        by_rail[nc.rail].append(i)
-    rail_groups: list[tuple[int, np.ndarray]] = []
-    seps = []
-    for rail, idx in sorted(by_rail.items()):
-        ia = np.array(idx)
-        labels, sep = equal_clusters(feats[ia], [nic[i].host for i in idx])
-        seps.append(sep)
-        for c in range(labels.max() + 1):
-            rail_groups.append((rail, ia[labels == c]))
-    # One data-parallel group = same hosts, same slot in their containers.
-    slot = {}
-    for cont in topo.containers.values():
-        for k, e in enumerate(cont.endpoints):
-            slot[e.id] = k
-    merged: dict[tuple[frozenset[str], int, int], list[int]] = defaultdict(list)
-    stage_key: dict[int, tuple[frozenset[str], int, int]] = {}
-    for gi, (_rail, members) in enumerate(rail_groups):
-        hosts = frozenset(nic[i].host for i in members)
-        slots = {slot[eps[i]] for i in members}
-        key = (hosts, min(slots) if len(slots) == 1 else -1, gi if len(slots) != 1 else -1)
-        merged[key].extend(members.tolist())
-        stage_key[gi] = key
-    dp_groups = [sorted(eps[i] for i in m) for m in merged.values()]
-    sizes = {len(g) for g in dp_groups}
-    dp = max(sizes) if sizes else 1
     n = len(eps)
+    nic = [topo.nics[topo.endpoints[e].nic] for e in eps]
     rail_of = np.array([x.rail for x in nic])
     host_codes = {h: k for k, h in enumerate(sorted({x.host for x in nic}))}
     host_of = np.array([host_codes[x.host] for x in nic])
+    tx, rx = r.tx.astype(np.float64), r.rx.astype(np.float64)
+    sym = symmetric(tx, rx)
+    it = find_iterations(sym, r.dt)
+    if it is None or it.regularity < MIN_REGULARITY:
+        why = ("no repeating collective bursts" if it is None else
+               f"irregular iterations (regularity {it.regularity:.2f})")
+        return rail_aligned(topo, job, eps, f"no periodic training traffic: {why}")
+    offset, _noise = collective_offsets(sym, it, r.dt)
+    if not np.all(np.isfinite(offset)):
+        missing = int(np.sum(~np.isfinite(offset)))
+        return rail_aligned(topo, job, eps, f"{missing} endpoint(s) take no part in the "
+                            "job's collectives")
+    split = split_stages(offset, rail_of)
+    stage = split.labels
+    pp = int(stage.max()) + 1
+    # Network data-parallel groups: one stage's endpoints on one rail.
+    group_key = stage * (int(rail_of.max()) + 1) + rail_of
+    _, group_of = np.unique(group_key, return_inverse=True)
+    groups = [np.flatnonzero(group_of == g) for g in range(int(group_of.max()) + 1)]
     chunks: list[np.ndarray] = []
-    for m in merged.values():
-        arr = np.asarray(m)
-        for rail in np.unique(rail_of[arr]):
-            sub = arr[rail_of[arr] == rail]
-            ia, ib = np.triu_indices(len(sub), k=1)
-            chunks.append(np.stack([sub[ia], sub[ib]], axis=1))
-    # Pipeline stages, per rail.
-    notes = []
-    stage_sets: dict[int, list[int]] = defaultdict(list)
-    pp = 1
-    for rail in sorted(by_rail):
-        groups = [g for rr, g in rail_groups if rr == rail]
-        pp = max(pp, len(groups))
-        if len(groups) == 1:
-            stage_sets[0].extend(groups[0].tolist())
-            continue
-        chain, clarity = order_stages(groups, r, period)
-        if clarity < MIN_CHAIN_CLARITY:
-            return rail_aligned(topo, job, eps, f"pipeline order unclear on rail {rail} "
-                                f"(clarity {clarity:.2f}): sampling too coarse for the stages")
-        for s, gi in enumerate(chain):
-            stage_sets[s].extend(groups[gi].tolist())
-        members = np.concatenate(groups)
-        boundary = iteration_boundary(r, members, period)
-        seqs = [{int(i): row for i, row in zip(members, jitter_sequences(r, members, period, boundary, w),
-                                               strict=True)} for w in ("one_way", "total")]
-        for a, b in zip(chain, chain[1:], strict=False):
-            # The weighting that separates partners more clearly wins.
-            matched, margin = max((match_partners(groups[a], groups[b], sq) for sq in seqs),
-                                  key=lambda m: m[1])
-            if margin < MIN_MATCH_MARGIN:  # timing cannot tell partners apart: keep them all
-                ga, gb = np.meshgrid(groups[a], groups[b], indexing="ij")
-                chunks.append(np.stack([ga.ravel(), gb.ravel()], axis=1))
-                notes.append(f"rail {rail}: stage partners ambiguous, kept all cross pairs")
-            elif matched:
-                chunks.append(np.asarray(matched, dtype=np.int64))
-    ep, ep_groups = expert_groups(r, [np.asarray(m) for m in merged.values()], period)
-    if n % (dp * pp):
-        notes.append(f"{n} endpoints do not divide into dp={dp} x pp={pp}")
-    tp = max(1, n // (dp * pp))
-    sep = float(np.median(seps)) if seps else 1.0
-    # Geometric mean of periodicity and cluster separation (silhouette):
-    # both must be good, neither alone sinks a clear answer.
-    quality = sep if pp > 1 or len(dp_groups) > len(by_rail) else 1.0
-    confidence = float(np.sqrt(strength * max(0.0, quality)))
-    return Skeleton(job=job, confidence=round(float(min(1.0, max(0.0, confidence))), 3), dp=dp,
-                    tp=tp, pp=pp, ep=ep, dp_groups=sorted(dp_groups),
+    for g in groups:
+        ia, ib = np.triu_indices(len(g), k=1)
+        chunks.append(np.stack([g[ia], g[ib]], axis=1))
+    mask = collective_mask(sym)
+    stage_sets = [np.flatnonzero(stage == s) for s in range(pp)]
+    wobble = activity_wobble(tx + rx, mask, it, r.dt, stage_sets)
+    fine = high_passed(tx + rx, mask, r.dt)
+    # Replica units: a container's endpoints within one stage, split where
+    # they serve several replicas.
+    cont_of = {e: topo.endpoints[e].container for e in eps}
+    stage_units: list[list[np.ndarray]] = []
+    for s in range(pp):
+        by_cont: dict[str, list[int]] = defaultdict(list)
+        for i in stage_sets[s]:
+            by_cont[cont_of[eps[int(i)]]].append(int(i))
+        stage_units.append(tensor_units([np.asarray(m) for m in by_cont.values()], fine))
+    sizes = [len(u) for us in stage_units for u in us]
+    tp = max(set(sizes), key=sizes.count) if sizes else 1
+    notes: list[str] = []
+    if pp > 1:
+        ntx, nrx = (_group_residual(high_passed(v, mask, r.dt), groups) for v in (tx, rx))
+        more, why = chain_replicas(stage_units, wobble, rail_of, ntx, nrx)
+        chunks.extend(more)
+        notes.extend(why)
+    if n % (tp * pp):
+        notes.append(f"{n} endpoints do not divide into tp={tp} x pp={pp}")
+    dp = max(1, n // (tp * pp))
+    sym_wobble = activity_wobble(sym, mask, it, r.dt, groups)
+    ep, ep_groups = expert_groups(sym_wobble, groups)
+    # Honest confidence: iterations must repeat, and the stage structure must
+    # be clear. A single stage is only as credible as no split is visible.
+    quality = split.separation if pp > 1 else max(0.0, 1.0 - split.best_other)
+    confidence = float(np.sqrt(it.regularity * quality))
+    dp_groups = sorted(sorted(eps[i] for i in g) for g in groups)
+    return Skeleton(job=job, confidence=round(min(1.0, max(0.0, confidence)), 3), dp=dp,
+                    tp=tp, pp=pp, ep=ep, dp_groups=dp_groups,
                     ep_groups=sorted(sorted(eps[i] for i in g) for g in ep_groups),
-                    pp_stages=[sorted(eps[i] for i in stage_sets[s]) for s in sorted(stage_sets)],
-                    endpoints=list(eps), pair_index=_network_pairs(chunks, host_of), notes=notes)
+                    pp_stages=[sorted(eps[i] for i in st) for st in stage_sets],
+                    endpoints=list(eps), pair_index=_network_pairs(chunks, host_of),
+                    notes=notes + [f"period {it.period:.2f} s over {it.count} iterations"])
 
 
 def expert_split(seq: np.ndarray) -> np.ndarray | None:
-    """Labels of the members of one data-parallel group by expert group, or
-    None. Members of an expert group meet in every all-to-all, so their
-    per-iteration timing wobbles together; the split must be equal and its
-    within-group agreement well above chance (correlations of K unrelated
-    wobbles scatter by 1/sqrt(K))."""
+    """Labels of endpoints by the group whose pace they share, or None. Members
+    of an expert group (or of one tensor-parallel group) meet in every
+    collective, so their per-iteration timing wobbles together; the split
+    must be equal and its within-group agreement well above chance
+    (correlations of K unrelated wobbles scatter by 1/sqrt(K))."""
     m, k = seq.shape
     if m < 4 or k < 3:
         return None
-    x = seq / (np.linalg.norm(seq, axis=1, keepdims=True) + 1e-12)
+    x = seq - seq.mean(axis=1, keepdims=True)
+    x = x / (np.linalg.norm(x, axis=1, keepdims=True) + 1e-12)
     labels, sep = equal_clusters(x, [str(i) for i in range(m)], min_separation=0.25)
     g = int(labels.max()) + 1
     if g == 1:
@@ -608,18 +538,16 @@ def expert_split(seq: np.ndarray) -> np.ndarray | None:
     return labels
 
 
-def expert_groups(r: Rates, dp_groups: list[np.ndarray], period: float
+def expert_groups(wobble: np.ndarray, dp_groups: list[np.ndarray]
                   ) -> tuple[int, list[np.ndarray]]:
-    """(ep, expert groups as endpoint indices) from the all-to-all timing
+    """(ep, expert groups as endpoint indices) from the all-to-all pace
     inside each data-parallel group; ep 1 and no groups when none shows."""
     found: list[np.ndarray] = []
     sizes: list[int] = []
     for members in dp_groups:
         if len(members) < 4:
             continue
-        seq = jitter_sequences(r, members, period, iteration_boundary(r, members, period),
-                               "two_way")
-        labels = expert_split(seq)
+        labels = expert_split(wobble[members])
         if labels is None:
             sizes.append(1)
             continue

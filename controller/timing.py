@@ -1,0 +1,177 @@
+"""Iteration timing of a training job from its NICs' rates: pure functions.
+
+Why this shape: in real data-parallel training the gradient all-reduce is
+most of the bytes (about 90 %), a line-rate burst that each endpoint sends
+and receives at once (tx ~ rx), and it is a collective: every member of a
+data-parallel group bursts at the same instant. A pipeline stage reduces
+when its last backward ends, so the last stage reduces first and stage 0
+last, one microbatch's backward apart, and the job's iteration ends when
+stage 0's reduction does (the optimizer step): a job-wide sync point.
+Iterations jitter (a few %), the error accumulates and replicas stall, so
+the recording is cut at each sync point rather than folded at one period.
+
+- `find_iterations`: the bursts of the job's symmetric traffic
+  (min(tx, rx): one-way bursts and checkpoint writes cancel), grouped into
+  one cluster per iteration by the gaps between them; the sync points are
+  the clusters' ends; the period is their median spacing.
+- `collective_offsets`: each endpoint's reduction time within each
+  iteration, relative to the job's median: stages show as levels.
+- `activity_wobble`: each endpoint's centre of non-collective traffic per
+  iteration, relative to its stage: a replica's own pace, shared by all its
+  stages and tensor-parallel ranks (how partners are told apart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's top rate
+COLLECTIVE_LEVEL = 0.05  # an endpoint's sample is collective above this share of its top
+MIN_ITERATIONS = 4
+REGULAR_TOLERANCE = 0.25  # an iteration is regular within this fraction of the period
+TRIM = 0.2  # trimmed mean: stalls and stragglers in a fifth of iterations at each end
+
+
+@dataclass(frozen=True)
+class Iterations:
+    sync: np.ndarray  # sample index where each iteration ends (after its last reduction)
+    period: float  # seconds, the median spacing of iterations
+    regularity: float  # share of spacings within REGULAR_TOLERANCE of the period
+
+    @property
+    def count(self) -> int:
+        return max(0, len(self.sync) - 1)
+
+
+def symmetric(tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
+    """Traffic sent and received at once: collectives stay, one-way cancels."""
+    return np.minimum(tx, rx)
+
+
+def _clusters(hot: np.ndarray, job: np.ndarray, cut: int, dt: float
+              ) -> tuple[np.ndarray, float, float]:
+    """(cluster ends, period, regularity) when burst samples closer than
+    `cut` samples belong to one iteration."""
+    big = np.flatnonzero(np.diff(hot) > cut)
+    starts = np.r_[hot[0], hot[big + 1]]
+    ends = np.r_[hot[big], hot[-1]]
+    if len(ends) < MIN_ITERATIONS + 1:
+        return ends, 0.0, 0.0
+    w = job[hot] + 1e-30
+    seg = np.repeat(np.arange(len(starts)), np.diff(np.r_[0, big + 1, len(hot)]))
+    centre = np.bincount(seg, weights=hot * w) / np.bincount(seg, weights=w)
+    spacing = np.diff(centre) * dt
+    period = float(np.median(spacing))
+    regular = float(np.mean(np.abs(spacing - period) <= REGULAR_TOLERANCE * period))
+    return ends, period, regular
+
+
+def find_iterations(sym: np.ndarray, dt: float) -> Iterations | None:
+    """Sync points of the job's iterations, or None when its symmetric
+    traffic has no repeating burst structure (a debug or idle job)."""
+    share = sym / (sym.sum(axis=1, keepdims=True) + 1e-9)  # every endpoint counts alike
+    job = share.mean(axis=0)
+    top = float(np.quantile(job, 0.999))
+    if not top > 0:
+        return None
+    hot = np.flatnonzero(job > BURST_LEVEL * top)
+    if len(hot) < MIN_ITERATIONS + 1:
+        return None
+    # Gaps inside an iteration's burst cluster (stages one backward apart)
+    # are shorter than gaps between iterations. Which gaps join bursts into
+    # iterations is what makes iterations most regular (a cut too small
+    # splits iterations, one too large merges them: both give irregular
+    # spacing); among equals the smallest cut wins.
+    cuts = np.unique(np.diff(hot))
+    tried = [(c, *_clusters(hot, job, int(c), dt)) for c in cuts]
+    best = max(t[3] for t in tried)
+    cut, ends, period, regular = next(t for t in tried if t[3] >= best)
+    if period <= 0:
+        return None
+    sync = np.minimum(ends + 1, sym.shape[1])
+    return Iterations(sync=sync, period=period, regularity=regular)
+
+
+def _window_centres(x: np.ndarray, sync: np.ndarray, dt: float) -> np.ndarray:
+    """(E, K) byte-weighted centre time of x in each iteration window
+    [sync[k], sync[k+1]); NaN where an endpoint moved nothing."""
+    e, n = x.shape
+    k = len(sync) - 1
+    idx = np.full(n, -1, dtype=np.int64)
+    for j in range(k):
+        idx[sync[j]:sync[j + 1]] = j
+    keep = idx >= 0
+    t = np.arange(n, dtype=np.float64) * dt
+    onehot = np.zeros((n, k))
+    onehot[np.flatnonzero(keep), idx[keep]] = 1.0
+    den = x @ onehot
+    num = (x * t[None, :]) @ onehot
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = num / den
+    c[den <= 0] = np.nan
+    return np.asarray(c)
+
+
+def _trimmed_mean(x: np.ndarray) -> np.ndarray:
+    """Row-wise mean of the middle values, NaNs ignored (quantized centres
+    average to sub-sample precision; a median would stay quantized)."""
+    lo = np.nanquantile(x, TRIM, axis=1, keepdims=True)
+    hi = np.nanquantile(x, 1 - TRIM, axis=1, keepdims=True)
+    inside = (x >= lo) & (x <= hi)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(np.nansum(np.where(inside, x, 0.0), axis=1) / inside.sum(axis=1))
+
+
+def collective_offsets(sym: np.ndarray, it: Iterations, dt: float
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, noise): per endpoint, seconds between its reduction and the
+    job's median reduction in the same iteration (averaged over iterations),
+    and that average's standard error. Only burst samples count, so
+    background bytes do not pull the centre."""
+    top = np.quantile(sym, 0.999, axis=1, keepdims=True)
+    burst = np.where(sym > BURST_LEVEL * top, sym, 0.0)
+    c = _window_centres(burst, it.sync, dt)
+    rel = c - np.nanmedian(c, axis=0, keepdims=True)
+    off = _trimmed_mean(rel)
+    n = np.maximum(np.sum(np.isfinite(rel), axis=1), 1)
+    noise = np.nanstd(rel, axis=1) / np.sqrt(n)
+    return off, noise
+
+
+def collective_mask(sym: np.ndarray) -> np.ndarray:
+    """Samples where an endpoint takes part in a collective burst, widened by
+    one sample each side (a burst straddles samples)."""
+    m = sym > COLLECTIVE_LEVEL * np.max(sym, axis=1, keepdims=True)
+    m[:, 1:] |= m[:, :-1].copy()
+    m[:, :-1] |= m[:, 1:].copy()
+    return m
+
+
+def activity_wobble(x: np.ndarray, mask: np.ndarray, it: Iterations, dt: float,
+                    groups: list[np.ndarray]) -> np.ndarray:
+    """(E, K) per iteration, the centre of each endpoint's traffic outside
+    collectives, minus the mean of its group (its stage) in that iteration:
+    what is left is its replica's own pace. Background is floored away:
+    quiet-time noise has a long lever arm on a centre."""
+    y = np.where(mask, 0.0, x)
+    y = np.maximum(y - 2.0 * np.median(y, axis=1, keepdims=True), 0.0)
+    c = _window_centres(y, it.sync, dt)
+    out = np.zeros_like(c)
+    for g in groups:
+        sub = c[g]
+        col = np.nanmean(sub, axis=0, keepdims=True)
+        out[g] = np.nan_to_num(sub - col)
+    return out
+
+
+def high_passed(x: np.ndarray, mask: np.ndarray, dt: float, window_s: float = 1.0) -> np.ndarray:
+    """Traffic outside collectives minus its running mean over about a second:
+    the instants of individual transfers, without the iteration's envelope
+    that every endpoint shares."""
+    y = np.where(mask, 0.0, x)
+    w = max(3, int(round(window_s / dt)))
+    kernel = np.ones(w) / w
+    smooth = np.apply_along_axis(lambda v: np.convolve(v, kernel, mode="same"), 1, y)
+    return np.asarray(np.where(mask, 0.0, y - smooth))
