@@ -300,7 +300,9 @@ def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
         labels[order] = np.repeat(np.arange(g), n // g)
         sep = silhouette_1d(offset, labels)
         counts = np.bincount(labels * len(rails) + rail_code, minlength=g * len(rails))
-        if np.any(counts != np.tile(per_rail // g, g)):
+        # A stage's reduction is a collective: two or more members per rail
+        # (one per rail would be a host's clock offset, not a stage).
+        if np.any(counts != np.tile(per_rail // g, g)) or np.any(per_rail // g < 2):
             other = max(other, sep)
             continue
         if sep > best[0]:
@@ -481,19 +483,27 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # they serve several replicas.
     cont_of = {e: topo.endpoints[e].container for e in eps}
     stage_units: list[list[np.ndarray]] = []
+    whole_containers: list[list[np.ndarray]] = []
     for s in range(pp):
         by_cont: dict[str, list[int]] = defaultdict(list)
         for i in stage_sets[s]:
             by_cont[cont_of[eps[int(i)]]].append(int(i))
-        stage_units.append(tensor_units([np.asarray(m) for m in by_cont.values()], fine))
+        conts = [np.asarray(m) for m in by_cont.values()]
+        stage_units.append(tensor_units(conts, fine))
+        whole_containers.append(conts)
+    # Tensor groups are the same in every stage; if their rail sets differ a
+    # split was chance, and whole containers are the units.
+    keys = [sorted(tuple(sorted(set(rail_of[u].tolist()))) for u in us) for us in stage_units]
+    if any(k != keys[0] for k in keys):
+        stage_units = whole_containers
     sizes = [len(u) for us in stage_units for u in us]
     tp = max(set(sizes), key=sizes.count) if sizes else 1
     notes: list[str] = []
     if pp > 1:
         ntx, nrx = (_group_residual(high_passed(v, mask, r.dt), groups) for v in (tx, rx))
-        more, why = chain_replicas(stage_units, wobble, rail_of, ntx, nrx)
+        more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx)
         chunks.extend(more)
-        notes.extend(why)
+        notes.extend(chain_notes)
     if n % (tp * pp):
         notes.append(f"{n} endpoints do not divide into tp={tp} x pp={pp}")
     dp = max(1, n // (tp * pp))

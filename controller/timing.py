@@ -47,7 +47,7 @@ class Iterations:
 
 def symmetric(tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
     """Traffic sent and received at once: collectives stay, one-way cancels."""
-    return np.minimum(tx, rx)
+    return np.asarray(np.minimum(tx, rx))
 
 
 def _clusters(hot: np.ndarray, job: np.ndarray, cut: int, dt: float
@@ -146,7 +146,7 @@ def collective_mask(sym: np.ndarray) -> np.ndarray:
     m = sym > COLLECTIVE_LEVEL * np.max(sym, axis=1, keepdims=True)
     m[:, 1:] |= m[:, :-1].copy()
     m[:, :-1] |= m[:, 1:].copy()
-    return m
+    return np.asarray(m)
 
 
 def activity_wobble(x: np.ndarray, mask: np.ndarray, it: Iterations, dt: float,

@@ -5,14 +5,22 @@ Ranks follow Megatron's order (tp fastest, then dp, then pp): rank =
 t + TP*(d + DP*s). GPU i of a host uses NIC i (rail i). A container holds one
 TP group when TP is smaller than the NICs per host, else one host.
 
-Per iteration: forward activations stage s -> s+1 per microbatch, backward
-gradients s+1 -> s, then each stage's data-parallel all-reduce once its
-backward is done; MoE adds all-to-all bursts inside each expert group.
-Each data-parallel replica runs with its own small timing jitter (what
-pairs the corresponding endpoints of adjacent stages); all-reduces start
-together; an expert group's all-to-all is a collective, so its members move
-it together (the group's mean jitter). Noise: background bytes, missing samples, counter resets, host
-clock offsets, shuffled rows."""
+The physics of real training (the independent dev set's README; our own
+gloo job in tests/test_testbed_torch.py shows the same shape):
+- each data-parallel replica runs its own 1F1B pipeline at its own pace:
+  a per-iteration speed factor (stragglers, a few %) and, now and then, a
+  stall of 50-500 ms; activations (tens of MB per microbatch, at line rate)
+  go stage s -> s+1 forward and gradients back;
+- a stage's data-parallel all-reduce starts when the slowest replica's last
+  backward of that stage ends, so the last stage reduces first and stage 0
+  last, one microbatch's backward apart; it is ~90 % of each NIC's bytes, a
+  line-rate burst of tens to hundreds of ms, sent and received at once;
+- the iteration ends with stage 0's reduction (the optimizer step), so
+  iteration lengths jitter and the error accumulates (no fixed period);
+- MoE adds all-to-all inside each expert group around every microbatch;
+- noise: background bytes, random one-way bursts of 20-600 MB, checkpoint
+  writes of GBs by every endpoint at once, missing samples, counter resets,
+  host clock offsets, shuffled rows."""
 
 from __future__ import annotations
 
@@ -33,8 +41,8 @@ class JobShape:
     pp: int
     ep: int = 1
     nics_per_host: int = 8
-    period_s: float = 2.0
-    microbatches: int = 4
+    period_s: float = 6.0
+    microbatches: int = 8
     periodic: bool = True   # False: bring-up/debug traffic with no iteration
 
 
@@ -42,16 +50,22 @@ class JobShape:
 class Noise:
     interval_s: float = 0.05
     duration_s: float = 40.0
-    clock_offset_s: float = 0.03   # per host, uniform +-
+    clock_offset_s: float = 0.02   # per host, uniform +-
     missing: float = 0.02          # fraction of samples dropped
     resets: int = 2                # endpoints whose counter restarts mid-recording
     background_bps: float = 2e6    # bytes/s of unrelated traffic, per endpoint
-    replica_jitter_s: float = 0.01  # per replica per iteration
+    iteration_jitter: float = 0.03  # sd of the whole job's per-iteration speed
+    straggle: float = 0.02         # sd of each replica's extra slowness per iteration
+    stall_prob: float = 0.05       # chance a replica stalls 50-500 ms in an iteration
+    oneway_per_s: float = 0.03     # random one-way bursts per endpoint per second
+    checkpoint_every_s: float = 60.0  # every endpoint writes GBs one-way at once
     shuffle: bool = True           # False: rows in recording order (by time)
 
 
 @dataclass
 class Truth:
+    """What the job really is, in the dev set's terms: dp_groups are network
+    groups (one rail's share of a logical data-parallel group)."""
     dp_groups: list[list[str]] = field(default_factory=list)
     pp_stages: list[list[str]] = field(default_factory=list)
     ep_groups: list[list[str]] = field(default_factory=list)
@@ -103,7 +117,9 @@ def _truth(job: JobShape, ranks: list[_Rank]) -> Truth:
         tr.pp_stages.append(sorted(r.endpoint for r in ranks if r.s == s))
         for t in range(job.tp):
             group = [by[(t, d, s)] for d in range(job.dp)]
-            tr.dp_groups.append(sorted(r.endpoint for r in group))
+            # A network data-parallel group is the logical group's share of one rail.
+            for gpu in sorted({r.gpu for r in group}):
+                tr.dp_groups.append(sorted(r.endpoint for r in group if r.gpu == gpu))
             add_pairs(group)
             if job.ep > 1:
                 for e0 in range(0, job.dp, job.ep):
@@ -116,62 +132,115 @@ def _truth(job: JobShape, ranks: list[_Rank]) -> Truth:
     return tr
 
 
-NO_JITTER, REPLICA, EXPERTS = 0, 1, 2
-Burst = tuple[float, float, float, int]
+LINE_RATE = 25e9  # bytes/s of one NIC (200 Gbit/s)
 
 
-def _bursts(job: JobShape, r: _Rank) -> tuple[list[Burst], list[Burst]]:
-    """(offset, duration, bytes, whose jitter moves it) per burst, tx and rx."""
+@dataclass(frozen=True)
+class _Schedule:
+    """One job's timeline: per iteration, the start of every replica's
+    pipeline and its speed factor, and each stage's all-reduce start."""
+    starts: np.ndarray  # (K,) iteration start
+    pace: np.ndarray  # (dp, K) speed factor of each replica
+    stall: np.ndarray  # (dp, K) seconds a replica lost before its pipeline
+    reduce_at: np.ndarray  # (pp, K) all-reduce start of each stage
+    unit: float  # seconds of one microbatch's forward + backward slot
+    reduce_s: float  # all-reduce duration
+    grad_bytes: float
+    act_bytes: float
+
+
+def _schedule(job: JobShape, nz: Noise, duration: float, rng: np.random.Generator) -> _Schedule:
     P, m = job.pp, job.microbatches
-    delta = job.period_s * 0.6 / (2 * (P + m))
-    act, dur = 8e6, delta * 0.5
-    tx: list[Burst] = []
-    rx: list[Burst] = []
-    fwd_end = (P + m) * delta
-    for j in range(m):
-        if r.s + 1 < P:
-            tx.append(((r.s + j) * delta, dur, act, REPLICA))
-            rx.append((fwd_end + (P - 2 - r.s + j) * delta, dur, act, REPLICA))
-        if r.s > 0:
-            rx.append(((r.s - 1 + j) * delta, dur, act, REPLICA))
-            tx.append((fwd_end + (P - 1 - r.s + j) * delta, dur, act, REPLICA))
-        if job.ep > 1:  # all-to-all around the expert layers, forward and backward
-            for off in ((r.s + j) * delta + dur, fwd_end + (P - 1 - r.s + j) * delta + dur):
-                tx.append((off, dur * 0.5, act / 2, EXPERTS))
-                rx.append((off, dur * 0.5, act / 2, EXPERTS))
+    # 1F1B: the pipeline is busy for (m + P - 1) slots forward and backward.
+    unit = job.period_s * 0.8 / (2 * (m + P - 1))
+    act = 30e6
+    # The gradient all-reduce is ~9x the activation bytes a middle stage moves.
+    grad = 9 * 4 * m * act if job.dp > 1 else 0.0
+    reduce_s = grad / LINE_RATE
+    starts, paces, stalls, reduces = [], [], [], []
+    t = -rng.uniform(0, job.period_s)
+    while t < duration + job.period_s:
+        k_pace = 1.0 + rng.normal(0, nz.iteration_jitter)  # the whole job this iteration
+        pace = k_pace * (1.0 + np.abs(rng.normal(0, nz.straggle, job.dp)))
+        stall = np.where(rng.random(job.dp) < nz.stall_prob,
+                         rng.uniform(0.05, 0.5, job.dp), 0.0)
+        # Stage s's last backward ends after (m + P - 1 - s) ... slots; its
+        # all-reduce waits for the slowest replica.
+        ends = np.array([np.max(stall + pace * unit * (2 * (m + P - 1) - s)) for s in range(P)])
+        starts.append(t)
+        paces.append(pace)
+        stalls.append(stall)
+        reduces.append(t + ends)
+        t = t + float(ends[0]) + reduce_s + 0.05 * job.period_s
+    return _Schedule(np.array(starts), np.array(paces).T, np.array(stalls).T,
+                     np.array(reduces).T, unit, reduce_s, grad, act)
+
+
+def _rank_bursts(job: JobShape, r: _Rank, sch: _Schedule, ep_shift: np.ndarray
+                 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """(begin, duration, bytes) arrays of this rank's tx and rx bursts."""
+    P, m = job.pp, job.microbatches
+    u = sch.unit
+    base = sch.starts + sch.stall[r.d]
+    pace = sch.pace[r.d]
+    act_s = sch.act_bytes / LINE_RATE
+    tx: list[tuple[np.ndarray, float, float]] = []
+    rx: list[tuple[np.ndarray, float, float]] = []
+
+    def at(slot: np.ndarray) -> np.ndarray:
+        return np.asarray(base[:, None] + pace[:, None] * u * slot[None, :])
+    j = np.arange(m, dtype=np.float64)
+    fwd_send = at(r.s + j + 1)  # forward of microbatch j leaves stage s
+    bwd_send = at(2 * (m + P - 1) - (r.s + m - j) + 1 - 1e-3)
+    if r.s + 1 < P:
+        tx.append((fwd_send, act_s, sch.act_bytes))
+        rx.append((at(2 * (m + P - 1) - (r.s + 1 + m - j) + 1 - 1e-3), act_s, sch.act_bytes))
+    if r.s > 0:
+        rx.append((at(r.s + j), act_s, sch.act_bytes))
+        tx.append((bwd_send, act_s, sch.act_bytes))
+    if job.ep > 1:  # all-to-all around the expert layers, a collective of the group
+        for when in (fwd_send, bwd_send):
+            w = when + ep_shift[:, None] - act_s
+            tx.append((w, act_s, sch.act_bytes / 2))
+            rx.append((w, act_s, sch.act_bytes / 2))
     if job.dp > 1:
-        start = fwd_end + (P - r.s + m) * delta
-        grad = 40e6 * 2 * (job.dp - 1) / job.dp
-        tx.append((start, delta * 1.5, grad, NO_JITTER))
-        rx.append((start, delta * 1.5, grad, NO_JITTER))
-    return tx, rx
+        tx.append((sch.reduce_at[r.s][:, None], sch.reduce_s, sch.grad_bytes))
+        rx.append((sch.reduce_at[r.s][:, None], sch.reduce_s, sch.grad_bytes))
+
+    def flat(parts: list[tuple[np.ndarray, float, float]]) -> tuple[np.ndarray, ...]:
+        if not parts:
+            return np.zeros(0), np.zeros(0), np.zeros(0)
+        b = np.concatenate([p[0].ravel() for p in parts])
+        d = np.concatenate([np.full(p[0].size, p[1]) for p in parts])
+        z = np.concatenate([np.full(p[0].size, p[2]) for p in parts])
+        return b, d, z
+    return flat(tx), flat(rx)
 
 
-def _cumulative(bursts: list[Burst], starts: np.ndarray, jitter: np.ndarray,
-                expert_jitter: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Bytes sent by each sample time: piecewise-linear through all bursts."""
-    if not bursts:
+def _cumulative(begin: np.ndarray, dur: np.ndarray, size: np.ndarray,
+                times: np.ndarray) -> np.ndarray:
+    """Bytes moved by each sample time: linear ramps through every burst."""
+    if len(begin) == 0:
         return np.zeros_like(times)
-    off = np.array([b[0] for b in bursts])
-    dur = np.array([b[1] for b in bursts])
-    size = np.array([b[2] for b in bursts])
-    kind = np.array([b[3] for b in bursts])[None, :]
-    shift = np.where(kind == REPLICA, jitter[:, None],
-                     np.where(kind == EXPERTS, expert_jitter[:, None], 0.0))
-    begin = starts[:, None] + off[None, :] + shift
-    begin = begin.ravel()
-    end = begin + np.tile(dur, len(starts))
-    sizes = np.tile(size, len(starts))
-    order = np.argsort(begin)
-    begin, end, sizes = begin[order], end[order], sizes[order]
-    xs = np.concatenate([begin, end])
-    ys_delta = np.concatenate([np.zeros_like(begin), sizes])
+    xs = np.concatenate([begin, begin + dur])
+    inc = np.concatenate([np.zeros_like(size), size])
     o = np.argsort(xs, kind="stable")
-    xs = xs[o]
-    # Cumulative bytes at each breakpoint: linear ramps between begin and end.
-    cum_at_end = np.cumsum(ys_delta[o])
-    ramp = np.interp(times, xs, cum_at_end)
-    return np.asarray(ramp)
+    # Between a burst's begin and end the bytes ramp up; np.interp over the
+    # sorted breakpoints, with begins counted at the level before them.
+    level = np.cumsum(inc[o])
+    lo = np.concatenate([[0.0], level[:-1]])
+    # Begin points sit at the previous level, end points at the new one.
+    y = np.where(np.concatenate([np.ones(len(begin), bool), np.zeros(len(begin), bool)])[o],
+                 lo, level)
+    return np.asarray(np.interp(times, xs[o], y, left=0.0))
+
+
+def _noise_bursts(nz: Noise, duration: float, rng: np.random.Generator
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random one-way bursts (20-600 MB) of one endpoint, one direction."""
+    k = rng.poisson(duration * nz.oneway_per_s)
+    size = rng.uniform(20e6, 600e6, k)
+    return rng.uniform(0, duration, k), size / (LINE_RATE * 0.2), size
 
 
 def simulate(jobs: list[JobShape], noise: Noise | None = None, seed: int = 0,
@@ -206,26 +275,26 @@ def simulate(jobs: list[JobShape], noise: Noise | None = None, seed: int = 0,
     cols: dict[str, list[Any]] = {"ts": [], "endpoint": [], "tx_bytes": [], "rx_bytes": []}
     reset_idx = set(rng.choice(len(all_ranks), size=min(nz.resets, len(all_ranks)),
                                replace=False).tolist())
-    iter_cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    schedules = {job.name: _schedule(job, nz, nz.duration_s, rng) for job in jobs}
+    ep_shift = {job.name: rng.normal(0, 0.003, (max(1, job.dp // max(job.ep, 1)),
+                                                 len(schedules[job.name].starts)))
+                for job in jobs}
+    ckpt = np.arange(rng.uniform(5, nz.checkpoint_every_s), nz.duration_s, nz.checkpoint_every_s)
     for i, (job, r) in enumerate(all_ranks):
-        if job.name not in iter_cache:
-            n_iter = int(nz.duration_s / job.period_s) + 2
-            starts = np.arange(-1, n_iter - 1) * job.period_s + rng.uniform(0, job.period_s)
-            jit = rng.normal(0, nz.replica_jitter_s, (job.dp, len(starts)))
-            iter_cache[job.name] = (starts, jit)
-        starts, jit = iter_cache[job.name]
         if job.periodic:
-            tx_b, rx_b = _bursts(job, r)
-            e0 = r.d // job.ep * job.ep
-            ej = jit[e0:e0 + job.ep].mean(axis=0)
-            tx = _cumulative(tx_b, starts, jit[r.d], ej, times)
-            rx = _cumulative(rx_b, starts, jit[r.d], ej, times)
-        else:  # bring-up: irregular bursts of random size
+            (tb, td, tz), (rb, rd, rz) = _rank_bursts(
+                job, r, schedules[job.name], ep_shift[job.name][r.d // max(job.ep, 1)])
+        else:  # bring-up: irregular symmetric bursts of random size
             k = rng.poisson(nz.duration_s / 3)
-            b = [(float(x), 0.05, float(rng.uniform(1e6, 3e7)), NO_JITTER)
-                 for x in rng.uniform(0, nz.duration_s, k)]
-            tx = _cumulative(b, np.zeros(1), np.zeros(1), np.zeros(1), times)
-            rx = _cumulative(b, np.zeros(1), np.zeros(1), np.zeros(1), times)
+            tb = rb = rng.uniform(0, nz.duration_s, k)
+            tz = rz = rng.uniform(1e6, 3e8, k)
+            td = rd = tz / LINE_RATE
+        ob, od, oz = _noise_bursts(nz, nz.duration_s, rng)
+        way = rng.random(len(ob)) < 0.5
+        cb = ckpt + rng.uniform(0, 0.2, len(ckpt))
+        tx = _cumulative(np.r_[tb, ob[way], cb], np.r_[td, od[way], np.full(len(cb), 1.0)],
+                         np.r_[tz, oz[way], np.full(len(cb), 2e9)], times)
+        rx = _cumulative(np.r_[rb, ob[~way]], np.r_[rd, od[~way]], np.r_[rz, oz[~way]], times)
         bg = np.cumsum(rng.exponential(nz.background_bps * nz.interval_s, (2, len(times))), axis=1)
         tx, rx = tx + bg[0], rx + bg[1]
         if i in reset_idx:  # agent or VF restart: the counter starts again from zero
