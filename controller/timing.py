@@ -29,7 +29,7 @@ import numpy as np
 
 BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's top rate
 COLLECTIVE_LEVEL = 0.05  # an endpoint's sample is collective above this share of its top
-MIN_ITERATIONS = 4
+MIN_ITERATIONS = 8  # fewer repeats than this are no evidence of training
 REGULAR_TOLERANCE = 0.25  # an iteration is regular within this fraction of the period
 TRIM = 0.2  # trimmed mean: stalls and stragglers in a fifth of iterations at each end
 
@@ -84,7 +84,7 @@ def find_iterations(sym: np.ndarray, dt: float) -> Iterations | None:
     # iterations is what makes iterations most regular (a cut too small
     # splits iterations, one too large merges them: both give irregular
     # spacing); among equals the smallest cut wins.
-    cuts = np.unique(np.diff(hot))
+    cuts = np.unique(np.r_[1, np.diff(hot)])  # 1: only adjacent samples join
     tried = [(c, *_clusters(hot, job, int(c), dt)) for c in cuts]
     best = max(t[3] for t in tried)
     cut, ends, period, regular = next(t for t in tried if t[3] >= best)
