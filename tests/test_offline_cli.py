@@ -139,7 +139,7 @@ def test_infer_falls_back_to_rail_aligned_list(tmp_path, topo_file, topo_doc):
                  str(tmp_path / "tp.parquet"), "-o", str(out)]) == 0
     doc = json.loads(out.read_text())
     job = doc["jobs"][0]
-    assert job["confidence"] < 0.5 and "no periodic traffic" in job["notes"][0]
+    assert job["confidence"] < 0.5 and "no periodic training traffic" in job["notes"][0]
     pairs = {tuple(sorted((s, d))) for s, ds in job["ping_list"].items() for d in ds}
     assert len(pairs) == 2 * (4 * 3 // 2)  # per rail: every cross-host pair, once
 
