@@ -459,7 +459,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         why = ("no repeating collective bursts" if it is None else
                f"irregular iterations (regularity {it.regularity:.2f})")
         return rail_aligned(topo, job, eps, f"no periodic training traffic: {why}")
-    offset, _noise = collective_offsets(sym, it, r.dt)
+    offset = collective_offsets(sym, it, r.dt)
     if not np.all(np.isfinite(offset)):
         missing = int(np.sum(~np.isfinite(offset)))
         return rail_aligned(topo, job, eps, f"{missing} endpoint(s) take no part in the "

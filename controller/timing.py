@@ -124,20 +124,15 @@ def _trimmed_mean(x: np.ndarray) -> np.ndarray:
         return np.asarray(np.nansum(np.where(inside, x, 0.0), axis=1) / inside.sum(axis=1))
 
 
-def collective_offsets(sym: np.ndarray, it: Iterations, dt: float
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """(offset, noise): per endpoint, seconds between its reduction and the
-    job's median reduction in the same iteration (averaged over iterations),
-    and that average's standard error. Only burst samples count, so
-    background bytes do not pull the centre."""
+def collective_offsets(sym: np.ndarray, it: Iterations, dt: float) -> np.ndarray:
+    """Per endpoint, seconds between its reduction and the job's median
+    reduction in the same iteration, averaged over iterations. Only burst
+    samples count, so background bytes do not pull the centre."""
     top = np.quantile(sym, 0.999, axis=1, keepdims=True)
     burst = np.where(sym > BURST_LEVEL * top, sym, 0.0)
     c = _window_centres(burst, it.sync, dt)
     rel = c - np.nanmedian(c, axis=0, keepdims=True)
-    off = _trimmed_mean(rel)
-    n = np.maximum(np.sum(np.isfinite(rel), axis=1), 1)
-    noise = np.nanstd(rel, axis=1) / np.sqrt(n)
-    return off, noise
+    return _trimmed_mean(rel)
 
 
 def collective_mask(sym: np.ndarray) -> np.ndarray:
