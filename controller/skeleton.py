@@ -416,11 +416,24 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                     chains = [ch + [nxt[j]] for ch, j in zip(chains, cols, strict=True)]
                     continue
                 tolerance = TRANSFER_MARGIN
-            for i, j in zip(rows, cols, strict=True):
-                close = np.flatnonzero(c[i] >= c[i, j] - tolerance)
+            for i, close in enumerate(_near_assignments(c, cols, tolerance)):
                 chunks.extend(_same_rail_cross([prev[i]], [nxt[x] for x in close], rail_of))
             chains = [chains[i] + [nxt[j]] for i, j in zip(rows, cols, strict=True)]
     return chunks, notes
+
+
+def _near_assignments(c: np.ndarray, cols: np.ndarray, tolerance: float) -> list[np.ndarray]:
+    """For each row, its assigned column and every column it could take by
+    swapping partners with another row at a loss below the swap's noise.
+    Partners are one-to-one, so a unit that scores well with a column already
+    clearly taken is no real alternative: the swap is what must be close.
+    The loss sums four scores, so its noise is twice one score's."""
+    holder = np.empty_like(cols)
+    holder[cols] = np.arange(len(cols))
+    mine = c[np.arange(len(cols)), cols]
+    # loss[i, j]: row i takes column j, its holder takes row i's column.
+    loss = mine[:, None] + mine[holder][None, :] - c - c[holder][:, cols].T
+    return [np.flatnonzero(row <= 2 * tolerance) for row in loss]
 
 
 def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:

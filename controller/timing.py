@@ -36,7 +36,8 @@ TRIM = 0.2  # trimmed mean: stalls and stragglers in a fifth of iterations at ea
 
 @dataclass(frozen=True)
 class Iterations:
-    sync: np.ndarray  # sample index where each iteration ends (after its last reduction)
+    sync: np.ndarray  # sample index where each iteration's reductions end (the next one's compute starts)
+    bounds: np.ndarray  # mid-gap after each iteration: windows that hold its reductions whole
     period: float  # seconds, the median spacing of iterations
     regularity: float  # share of spacings within REGULAR_TOLERANCE of the period
 
@@ -51,21 +52,23 @@ def symmetric(tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
 
 
 def _clusters(hot: np.ndarray, job: np.ndarray, cut: int, dt: float
-              ) -> tuple[np.ndarray, float, float]:
-    """(cluster ends, period, regularity) when burst samples closer than
-    `cut` samples belong to one iteration."""
+              ) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(cluster ends, mid-gap bounds, period, regularity) when burst samples
+    closer than `cut` samples belong to one iteration."""
     big = np.flatnonzero(np.diff(hot) > cut)
     starts = np.r_[hot[0], hot[big + 1]]
     ends = np.r_[hot[big], hot[-1]]
+    half = (starts[1:] - ends[:-1] + 1) // 2
+    bounds = ends + 1 + np.r_[half, int(np.median(half)) if len(half) else 0]
     if len(ends) < MIN_ITERATIONS + 1:
-        return ends, 0.0, 0.0
+        return ends, bounds, 0.0, 0.0
     w = job[hot] + 1e-30
     seg = np.repeat(np.arange(len(starts)), np.diff(np.r_[0, big + 1, len(hot)]))
     centre = np.bincount(seg, weights=hot * w) / np.bincount(seg, weights=w)
     spacing = np.diff(centre) * dt
     period = float(np.median(spacing))
     regular = float(np.mean(np.abs(spacing - period) <= REGULAR_TOLERANCE * period))
-    return ends, period, regular
+    return ends, bounds, period, regular
 
 
 def find_iterations(sym: np.ndarray, dt: float) -> Iterations | None:
@@ -86,12 +89,13 @@ def find_iterations(sym: np.ndarray, dt: float) -> Iterations | None:
     # spacing); among equals the smallest cut wins.
     cuts = np.unique(np.r_[1, np.diff(hot)])  # 1: only adjacent samples join
     tried = [(c, *_clusters(hot, job, int(c), dt)) for c in cuts]
-    best = max(t[3] for t in tried)
-    cut, ends, period, regular = next(t for t in tried if t[3] >= best)
+    best = max(t[4] for t in tried)
+    cut, ends, bounds, period, regular = next(t for t in tried if t[4] >= best)
     if period <= 0:
         return None
-    sync = np.minimum(ends + 1, sym.shape[1])
-    return Iterations(sync=sync, period=period, regularity=regular)
+    n = sym.shape[1]
+    return Iterations(sync=np.minimum(ends + 1, n), bounds=np.minimum(bounds, n),
+                      period=period, regularity=regular)
 
 
 def _window_centres(x: np.ndarray, sync: np.ndarray, dt: float) -> np.ndarray:
@@ -130,7 +134,9 @@ def collective_offsets(sym: np.ndarray, it: Iterations, dt: float) -> np.ndarray
     samples count, so background bytes do not pull the centre."""
     top = np.quantile(sym, 0.999, axis=1, keepdims=True)
     burst = np.where(sym > BURST_LEVEL * top, sym, 0.0)
-    c = _window_centres(burst, it.sync, dt)
+    # Windows cut mid-gap: a reduction whose endpoint's clock or burst runs
+    # a little past the job's sync point stays in its own iteration.
+    c = _window_centres(burst, it.bounds, dt)
     rel = c - np.nanmedian(c, axis=0, keepdims=True)
     return _trimmed_mean(rel)
 
