@@ -48,10 +48,11 @@ MIN_REGULARITY = 0.6  # share of iterations near the period for a job to count a
 MIN_STAGE_SEPARATION = 0.7  # silhouette of reduction offsets that makes stages
 MAX_STAGES = 64
 SIGNIFICANCE = 4.0  # an expert / tensor-parallel split must agree this many noise levels above chance
-CHAIN_SIGNIFICANCE = 2.0  # replicas' assigned pace must agree this many noise levels above chance
+CHAIN_SIGNIFICANCE = 1.0  # replicas' assigned pace must beat a chance assignment by this many noise levels
 TP_MAJORITY = 0.75  # share of containers that must split alike to show tensor groups
 TRANSFER_MARGIN = 0.2  # partners' transfer correlation must beat the rest by this
 AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
+MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
 
 
 @dataclass
@@ -400,11 +401,17 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                              "kept all cross pairs")
                 continue
             tmpl = _unit_rows([np.concatenate(c) for c in chains], wobble)
-            c = tmpl @ _unit_rows(nxt, wobble).T
+            nrows = _unit_rows(nxt, wobble)
+            c = tmpl @ nrows.T
             rows, cols = linear_sum_assignment(-c)
             assigned = c[rows, cols]
-            tolerance = AMBIGUITY * noise
-            if len(chains) > 1 and float(np.median(assigned)) < CHAIN_SIGNIFICANCE * noise:
+            chance = _chance_assignment(tmpl, nrows)
+            # A swap's loss carries four scores' noise (2 noise units); a true
+            # partner lost to noise shows a loss near -2 x signal + noise, so
+            # the weaker the pace, the wider the swaps kept.
+            signal = float(np.median(assigned)) - chance
+            tolerance = max(2 * AMBIGUITY * noise, 2 * MISS_Z * noise - 2 * signal)
+            if len(chains) > 1 and float(np.median(assigned)) < chance + CHAIN_SIGNIFICANCE * noise:
                 # The pace is too weak here: try the transfers themselves.
                 c = transfer_scores(prev, nxt, ntx, nrx, rail_of)
                 rows, cols = linear_sum_assignment(-c)
@@ -413,27 +420,40 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                     chunks.extend(_same_rail_cross(prev, nxt, rail_of))
                     notes.append(f"rails {list(key)}: stages {s - 1}/{s}: neither pace nor "
                                  "transfers tell partners, kept all cross pairs")
-                    chains = [ch + [nxt[j]] for ch, j in zip(chains, cols, strict=True)]
+                    # Nobody knows who continues which chain: start anew.
+                    chains = [[u] for u in nxt]
                     continue
-                tolerance = TRANSFER_MARGIN
+                tolerance = 2 * TRANSFER_MARGIN
             for i, close in enumerate(_near_assignments(c, cols, tolerance)):
                 chunks.extend(_same_rail_cross([prev[i]], [nxt[x] for x in close], rail_of))
             chains = [chains[i] + [nxt[j]] for i, j in zip(rows, cols, strict=True)]
     return chunks, notes
 
 
+def _chance_assignment(tmpl: np.ndarray, rows: np.ndarray, shifts: int = 5) -> float:
+    """The median score a best one-to-one assignment reaches by chance: the
+    same rows with their iterations rotated (pace kept, pairing broken).
+    The more replicas, the higher the best of them scores by luck."""
+    k = rows.shape[1]
+    out = []
+    for sh in range(1, shifts + 1):
+        c = tmpl @ np.roll(rows, sh * k // (shifts + 1), axis=1).T
+        r, col = linear_sum_assignment(-c)
+        out.append(float(np.median(c[r, col])))
+    return float(np.mean(out))
+
+
 def _near_assignments(c: np.ndarray, cols: np.ndarray, tolerance: float) -> list[np.ndarray]:
     """For each row, its assigned column and every column it could take by
-    swapping partners with another row at a loss below the swap's noise.
+    swapping partners with another row at a loss within `tolerance`.
     Partners are one-to-one, so a unit that scores well with a column already
-    clearly taken is no real alternative: the swap is what must be close.
-    The loss sums four scores, so its noise is twice one score's."""
+    clearly taken is no real alternative: the swap is what must be close."""
     holder = np.empty_like(cols)
     holder[cols] = np.arange(len(cols))
     mine = c[np.arange(len(cols)), cols]
     # loss[i, j]: row i takes column j, its holder takes row i's column.
     loss = mine[:, None] + mine[holder][None, :] - c - c[holder][:, cols].T
-    return [np.flatnonzero(row <= 2 * tolerance) for row in loss]
+    return [np.flatnonzero(row <= tolerance) for row in loss]
 
 
 def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
