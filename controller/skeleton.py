@@ -352,21 +352,27 @@ def _unit_rows(units: list[np.ndarray], wobble: np.ndarray) -> np.ndarray:
     return np.asarray(rows / (np.linalg.norm(rows, axis=1, keepdims=True) + 1e-12))
 
 
+def _membership(units: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the units' endpoints concatenated, a units x endpoints 0/1 matrix)."""
+    members = np.concatenate(units)
+    m = np.zeros((len(units), len(members)))
+    m[np.repeat(np.arange(len(units)), [len(u) for u in units]), np.arange(len(members))] = 1.0
+    return members, m
+
+
 def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: np.ndarray,
                     nrx: np.ndarray, rail_of: np.ndarray) -> np.ndarray:
     """How well each unit's sends show as the other's receives at the same
     instants (and back), over their same-rail endpoints: the transfer itself
-    between pipeline partners. Rows of ntx/nrx are unit-norm residuals."""
-    out = np.zeros((len(a_units), len(b_units)))
-    for i, a in enumerate(a_units):
-        for j, b in enumerate(b_units):
-            ga, gb = np.meshgrid(a, b, indexing="ij")
-            same = rail_of[ga] == rail_of[gb]
-            x, y = ga[same], gb[same]
-            if len(x):
-                out[i, j] = float(np.mean(np.einsum("ij,ij->i", ntx[x], nrx[y])
-                                          + np.einsum("ij,ij->i", nrx[x], ntx[y]))) / 2
-    return out
+    between pipeline partners. Rows of ntx/nrx are unit-norm residuals. One
+    matrix product over all endpoint pairs, summed per unit pair."""
+    ea, ma = _membership(a_units, len(rail_of))
+    eb, mb = _membership(b_units, len(rail_of))
+    same = (rail_of[ea][:, None] == rail_of[eb][None, :]).astype(np.float64)
+    score = (ntx[ea] @ nrx[eb].T + nrx[ea] @ ntx[eb].T) / 2 * same
+    total = ma @ score @ mb.T
+    count = ma @ same @ mb.T
+    return np.asarray(np.where(count > 0, total / np.maximum(count, 1.0), 0.0))
 
 
 def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
@@ -468,14 +474,11 @@ def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
 
 def _same_rail_cross(a_units: list[np.ndarray], b_units: list[np.ndarray],
                      rail_of: np.ndarray) -> list[np.ndarray]:
-    out = []
-    for a in a_units:
-        for b in b_units:
-            ga, gb = np.meshgrid(a, b, indexing="ij")
-            same = rail_of[ga] == rail_of[gb]
-            if same.any():
-                out.append(np.stack([ga[same], gb[same]], axis=1))
-    return out
+    if not a_units or not b_units:
+        return []
+    ea, eb = np.concatenate(a_units), np.concatenate(b_units)
+    ia, ib = np.nonzero(rail_of[ea][:, None] == rail_of[eb][None, :])
+    return [np.stack([ea[ia], eb[ib]], axis=1)] if len(ia) else []
 
 
 def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
@@ -511,7 +514,10 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     mask = collective_mask(sym)
     stage_sets = [np.flatnonzero(stage == s) for s in range(pp)]
     wobble = activity_wobble(tx + rx, mask, it, r.dt, stage_sets)
-    fine = high_passed(tx + rx, mask, r.dt)
+    # High-passed traffic is linear in the bytes: sent and received apiece,
+    # their sum for the tensor split.
+    htx, hrx = high_passed(tx, mask, r.dt), high_passed(rx, mask, r.dt)
+    fine = htx + hrx
     # Replica units: a container's endpoints within one stage, split where
     # they serve several replicas.
     cont_of = {e: topo.endpoints[e].container for e in eps}
@@ -533,7 +539,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     tp = max(set(sizes), key=sizes.count) if sizes else 1
     notes: list[str] = []
     if pp > 1:
-        ntx, nrx = (_group_residual(high_passed(v, mask, r.dt), groups) for v in (tx, rx))
+        ntx, nrx = (_group_residual(v, groups) for v in (htx, hrx))
         more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx)
         chunks.extend(more)
         notes.extend(chain_notes)

@@ -230,3 +230,30 @@ def test_rates_same_from_recorded_and_shuffled_rows():
     assert rates[0].tx.shape == rates[1].tx.shape and rates[0].dt == rates[1].dt
     np.testing.assert_array_equal(rates[0].tx, rates[1].tx)
     np.testing.assert_array_equal(rates[0].rx, rates[1].rx)
+
+
+@pytest.mark.parametrize("w", [3, 4, 20, 21])
+def test_running_mean_agrees_with_numpy_convolution(w):
+    from controller.timing import running_mean
+
+    y = np.random.default_rng(w).random((5, 97))
+    ref = np.stack([np.convolve(v, np.ones(w) / w, mode="same") for v in y])
+    np.testing.assert_allclose(running_mean(y, w), ref, atol=1e-12)
+
+
+def test_transfer_scores_agree_with_a_loop_over_unit_pairs():
+    from controller.skeleton import transfer_scores
+
+    rng = np.random.default_rng(3)
+    n, k = 24, 50
+    rail_of = np.tile(np.arange(4), n // 4)
+    ntx, nrx = rng.normal(size=(n, k)), rng.normal(size=(n, k))
+    idx = rng.permutation(n)
+    a_units = [idx[0:4], idx[4:6], idx[6:12]]
+    b_units = [idx[12:16], idx[16:24]]
+    got = transfer_scores(a_units, b_units, ntx, nrx, rail_of)
+    for i, a in enumerate(a_units):
+        for j, b in enumerate(b_units):
+            vals = [(ntx[x] @ nrx[y] + nrx[x] @ ntx[y]) / 2
+                    for x in a for y in b if rail_of[x] == rail_of[y]]
+            assert got[i, j] == pytest.approx(np.mean(vals) if vals else 0.0)
