@@ -134,7 +134,7 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     order, ts = _endpoint_time_order(code, ts, counts)
     # Sorted by endpoint: the codes are runs, rebuilt from their counts.
     code = np.repeat(np.arange(len(want)), counts)
-    tx, rx = tx[order].astype(np.float64), rx[order].astype(np.float64)
+    tx, rx = tx[order], rx[order]  # integer counters stay exact through the running sums
     del order
     # Duplicate timestamps of one endpoint carry nothing new.
     dup = np.zeros(len(ts), dtype=bool)
@@ -365,13 +365,18 @@ def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: n
     """How well each unit's sends show as the other's receives at the same
     instants (and back), over their same-rail endpoints: the transfer itself
     between pipeline partners. Rows of ntx/nrx are unit-norm residuals. One
-    matrix product over all endpoint pairs, summed per unit pair."""
+    matrix product per rail over its endpoints, summed per unit pair."""
     ea, ma = _membership(a_units, len(rail_of))
     eb, mb = _membership(b_units, len(rail_of))
-    same = (rail_of[ea][:, None] == rail_of[eb][None, :]).astype(np.float64)
-    score = (ntx[ea] @ nrx[eb].T + nrx[ea] @ ntx[eb].T) / 2 * same
-    total = ma @ score @ mb.T
-    count = ma @ same @ mb.T
+    total = np.zeros((len(a_units), len(b_units)))
+    count = np.zeros_like(total)
+    ra, rb = rail_of[ea], rail_of[eb]
+    for rail in np.intersect1d(ra, rb):
+        ia, ib = np.flatnonzero(ra == rail), np.flatnonzero(rb == rail)
+        x, y = ea[ia], eb[ib]
+        score = (ntx[x] @ nrx[y].T + nrx[x] @ ntx[y].T) / 2
+        total += ma[:, ia] @ score @ mb[:, ib].T
+        count += np.outer(ma[:, ia].sum(axis=1), mb[:, ib].sum(axis=1))
     return np.asarray(np.where(count > 0, total / np.maximum(count, 1.0), 0.0))
 
 
@@ -468,7 +473,7 @@ def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
     out = np.empty_like(x)
     for g in groups:
         out[g] = x[g] - x[g].mean(axis=0, keepdims=True)
-    out /= np.linalg.norm(out, axis=1, keepdims=True) + 1e-12
+    out /= np.sqrt(np.einsum("ij,ij->i", out, out))[:, None] + 1e-12
     return out
 
 

@@ -257,3 +257,16 @@ def test_transfer_scores_agree_with_a_loop_over_unit_pairs():
             vals = [(ntx[x] @ nrx[y] + nrx[x] @ ntx[y]) / 2
                     for x in a for y in b if rail_of[x] == rail_of[y]]
             assert got[i, j] == pytest.approx(np.mean(vals) if vals else 0.0)
+
+
+def test_trimmed_mean_agrees_with_nanquantile_reference():
+    from controller.timing import TRIM, _trimmed_mean
+
+    x = np.random.default_rng(5).normal(size=(6, 40))
+    x[2, [3, 7]] = np.nan
+    x[4, :] = np.nan
+    x[4, 0] = 1.5
+    lo = np.nanquantile(x, TRIM, axis=1, keepdims=True)
+    hi = np.nanquantile(x, 1 - TRIM, axis=1, keepdims=True)
+    ref = [np.mean(r[(r >= a) & (r <= b)]) for r, a, b in zip(x, lo[:, 0], hi[:, 0], strict=True)]
+    np.testing.assert_allclose(_trimmed_mean(x), ref)
