@@ -124,34 +124,42 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
                          + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
     want = np.array([index[e] for e in wanted], dtype=np.int64)
     # Renumber the wanted endpoints 0..E-1 and drop everything else.
-    remap = np.full(len(names), -1, dtype=np.intp)
-    remap[want] = np.arange(len(want))
+    # (Every (rows,) array here is large: small dtypes and no needless copies
+    # keep a 77 M-row recording's passes inside memory that is already mapped.)
+    remap = np.full(len(names), -1, dtype=np.int32)
+    remap[want] = np.arange(len(want), dtype=np.int32)
     code = remap[code]
     sel = code >= 0
     if not sel.all():
         ts, code, tx, rx = ts[sel], code[sel], tx[sel], rx[sel]
+    del sel
     counts = np.bincount(code, minlength=len(want))
     order, ts = _endpoint_time_order(code, ts, counts)
-    # Sorted by endpoint: the codes are runs, rebuilt from their counts.
-    code = np.repeat(np.arange(len(want)), counts)
+    del code  # sorted by endpoint: each endpoint's rows are one run
     tx, rx = tx[order], rx[order]  # integer counters stay exact through the running sums
     del order
+    bounds = np.r_[0, np.cumsum(counts)]
     # Duplicate timestamps of one endpoint carry nothing new.
     dup = np.zeros(len(ts), dtype=bool)
-    dup[1:] = (code[1:] == code[:-1]) & (ts[1:] <= ts[:-1])
+    np.less_equal(ts[1:], ts[:-1], out=dup[1:])
+    dup[bounds[1:-1]] = False  # an endpoint's first row follows another's last
     if dup.any():
-        ts, code, tx, rx = ts[~dup], code[~dup], tx[~dup], rx[~dup]
-    bounds = np.searchsorted(code, np.arange(len(want) + 1))
+        keep = ~dup
+        bounds = np.r_[0, np.cumsum(keep)][bounds]
+        ts, tx, rx = ts[keep], tx[keep], rx[keep]
+    del dup
     if np.any(np.diff(bounds) < 2):
         raise InputError("an endpoint has fewer than two throughput samples")
     first = np.zeros(len(ts), dtype=bool)
     first[bounds[:-1]] = True
-    steps = np.diff(ts)
-    steps[bounds[1:-1] - 1] = np.nan  # the step between two endpoints
-    dt = float(np.nanmedian(steps[::max(1, len(steps) // 1_000_000)]))
+    # The sampling interval: the median step within endpoints, from about a
+    # million of them (steps from one endpoint's last row to the next's
+    # first are skipped).
+    at = np.arange(0, len(ts) - 1, max(1, (len(ts) - 1) // 1_000_000))
+    at = at[~first[at + 1]]
+    dt = float(np.median(ts[at + 1] - ts[at])) if len(at) else 0.0
     if not dt > 0:
         raise InputError("throughput samples have no usable interval")
-    del steps
     start = float(ts[bounds[:-1]].max())
     end = float(ts[bounds[1:] - 1].min())
     if end - start < 4 * dt:
@@ -171,16 +179,18 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     del tx, rx
     grid = np.arange(start, end, dt)
     g = len(grid)
-    # Grid point j of an endpoint interpolates between its last sample at or
-    # before grid[j] and the next one. A sample lands in cell ceil((t-start)/dt):
-    # counting samples per cell (no search) gives each grid point's index.
-    cell = np.clip(np.ceil((ts - start) / dt), 0, g).astype(np.int64)
     out_tx = np.empty((len(want), g - 1), dtype=np.float32)
     out_rx = np.empty_like(out_tx)
     for lo in range(0, len(want), chunk):
         hi = min(len(want), lo + chunk)
         rows = slice(bounds[lo], bounds[hi])
-        counts = np.bincount((code[rows] - lo) * (g + 1) + cell[rows], minlength=(hi - lo) * (g + 1))
+        # Grid point j of an endpoint interpolates between its last sample at
+        # or before grid[j] and the next one. A sample lands in cell
+        # ceil((t-start)/dt): counting samples per cell (no search) gives each
+        # grid point's index.
+        cell = np.clip(np.ceil((ts[rows] - start) / dt), 0, g).astype(np.int64)
+        local = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(bounds[lo:hi + 1]))
+        counts = np.bincount(local * (g + 1) + cell, minlength=(hi - lo) * (g + 1))
         seen = np.cumsum(counts.reshape(hi - lo, g + 1), axis=1)[:, :g]
         i = bounds[lo:hi, None] + seen - 1
         i = np.clip(i, bounds[lo:hi, None], bounds[lo + 1:hi + 1, None] - 2)
@@ -493,7 +503,9 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     rail_of = np.array([x.rail for x in nic])
     host_codes = {h: k for k, h in enumerate(sorted({x.host for x in nic}))}
     host_of = np.array([host_codes[x.host] for x in nic])
-    tx, rx = r.tx.astype(np.float64), r.rx.astype(np.float64)
+    # float32 rates (7 digits are plenty for shapes and timing) halve the
+    # memory every (endpoints x samples) pass moves.
+    tx, rx = r.tx.astype(np.float32, copy=False), r.rx.astype(np.float32, copy=False)
     sym = symmetric(tx, rx)
     it = find_iterations(sym, r.dt)
     if it is None or it.regularity < MIN_REGULARITY:

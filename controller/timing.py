@@ -108,10 +108,11 @@ def _window_centres(x: np.ndarray, sync: np.ndarray, dt: float) -> np.ndarray:
         idx[sync[j]:sync[j + 1]] = j
     keep = idx >= 0
     t = np.arange(n, dtype=np.float64) * dt
-    onehot = np.zeros((n, k))
+    onehot = np.zeros((n, k), dtype=x.dtype)
     onehot[np.flatnonzero(keep), idx[keep]] = 1.0
-    den = x @ onehot
-    num = (x * t[None, :]) @ onehot
+    den = (x @ onehot).astype(np.float64)
+    # Time-weighted window matrix: no (E, n) temporary of x * t.
+    num = (x @ (onehot * t[:, None].astype(x.dtype))).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         c = num / den
     c[den <= 0] = np.nan
@@ -163,9 +164,11 @@ def activity_wobble(x: np.ndarray, mask: np.ndarray, it: Iterations, dt: float,
     collectives, minus the mean of its group (its stage) in that iteration:
     what is left is its replica's own pace. Background is floored away:
     quiet-time noise has a long lever arm on a centre."""
-    y = np.where(mask, 0.0, x)
+    y = np.array(x, copy=True)  # one working copy, edited in place
+    y[mask] = 0.0
     # The background level from every fourth sample: a median needs no more.
-    y = np.maximum(y - 2.0 * np.median(y[:, ::4], axis=1, keepdims=True), 0.0)
+    y -= 2.0 * np.median(y[:, ::4], axis=1, keepdims=True)
+    np.maximum(y, 0.0, out=y)
     c = _window_centres(y, it.sync, dt)
     out = np.zeros_like(c)
     for g in groups:
@@ -180,7 +183,9 @@ def high_passed(x: np.ndarray, mask: np.ndarray, dt: float, window_s: float = 1.
     the instants of individual transfers, without the iteration's envelope
     that every endpoint shares."""
     y = np.where(mask, 0.0, x)
-    return np.asarray(np.where(mask, 0.0, y - running_mean(y, max(3, int(round(window_s / dt))))))
+    y -= running_mean(y, max(3, int(round(window_s / dt)))).astype(y.dtype, copy=False)
+    y[mask] = 0.0
+    return y
 
 
 def running_mean(y: np.ndarray, w: int) -> np.ndarray:

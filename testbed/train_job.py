@@ -68,7 +68,8 @@ def main(argv: list[str]) -> int:
         reqs = [dist.isend(t, p) for t, p in sends if p is not None]
         reqs += [dist.irecv(t, p) for t, p in recvs if p is not None]
         for r in reqs:
-            r.wait()
+            if r is not None:  # typed optional; gloo always returns work
+                r.wait()
 
     steps = one_f_one_b(stage, pp, MICROBATCHES)
     for _ in range(iters):
