@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Container, Iterable, Sequence
@@ -99,6 +100,9 @@ class Analyzer:
         self._cand_cache: dict[tuple[Pair, str, str], dict[str, float]] = {}
         # Latest traced route per pair: (the prober that traced it, route from it).
         self._routes: dict[Pair, tuple[str, str]] = {}
+        # This window's probes of each pair by (prober, forward route):
+        # [sent, lost, sum of received-weighted median RTTs, received].
+        self._by_route: dict[Pair, dict[tuple[str, str], list[float]]] = {}
         self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
         self._silent: set[str] = set()
         self.overlay = OverlayTables(topo)
@@ -188,9 +192,49 @@ class Analyzer:
             self._cand_cache[(pair, src, route)] = got
         return got
 
+    def _route_candidates(self, pair: Pair, symptom: str) -> dict[str, float]:
+        """Links an anomalous pair accuses from its own probes' routes: each
+        route carries the share of the pair's routed losses (or of its slow
+        probes) that went along it, so the link on the failing path gets the
+        vote and its ECMP siblings, which the pair's healthy flows crossed,
+        get none (per-flow blame, as in 007: Arzani et al., NSDI 2018).
+        Without routed evidence the pair's possible paths share the vote."""
+        ev = self._by_route.get(pair)
+        a, b = pair
+        if not ev or a not in self.topo.endpoints or b not in self.topo.endpoints:
+            return self._candidates(pair)
+        share: dict[tuple[str, str], float] = {}
+        if symptom in ("loss", "unreachable"):
+            lost = sum(v[1] for v in ev.values())
+            share = {k: v[1] / lost for k, v in ev.items() if v[1] > 0} if lost else {}
+        else:
+            med = {k: v[2] / v[3] for k, v in ev.items() if v[3] > 0}
+            if len(med) > 1:
+                floor = min(med.values())
+                excess = {k: m - floor for k, m in med.items()}
+                top = max(excess.values())
+                if top >= self.cfg.latency_min_shift_us:
+                    slow = {k: ev[k][0] for k, x in excess.items() if x >= top / 2}
+                    total = sum(slow.values())
+                    share = {k: n / total for k, n in slow.items()}
+        if not share:
+            return self._candidates(pair)
+        na, nb = self.topo.endpoints[a].nic, self.topo.endpoints[b].nic
+        got: dict[str, float] = defaultdict(float)
+        for (src, route), w in share.items():
+            links = self.paths.route_links(*((nb, na) if src == b else (na, nb)), route.split(">"))
+            if not all(link in self.topo.links for link in links):
+                return self._candidates(pair)
+            for link in links:
+                got[link] += w
+        return dict(got)
+
     def _localize(self, anomalous: dict[Pair, str], healthy: set[Pair],
                   clears: dict[str, int] | None = None) -> list[Finding]:
-        return localize(anomalous, healthy, self.dead | self._silent, self._candidates,
+        def candidates(pair: Pair) -> dict[str, float]:
+            symptom = anomalous.get(pair)
+            return self._route_candidates(pair, symptom) if symptom else self._candidates(pair)
+        return localize(anomalous, healthy, self.dead | self._silent, candidates,
                         lambda p: self.overlay.round_trip(*p), self._switches_of, clears)
 
     def _switches_of(self, link: str) -> tuple[str, ...]:
@@ -208,9 +252,19 @@ class Analyzer:
         self._note_routes(windows)
 
     def _note_routes(self, windows: Iterable[WindowStats]) -> None:
+        self._by_route = {}
         for w in windows:
             if w.route:
                 self._routes[pair_key(w.src, w.dst)] = (w.src, w.route)
+            if w.routes:
+                per = self._by_route.setdefault(pair_key(w.src, w.dst), {})
+                for r in w.routes:
+                    v = per.setdefault((w.src, r.route), [0.0, 0.0, 0.0, 0.0])
+                    v[0] += r.sent
+                    v[1] += r.lost
+                    if r.sent > r.lost and math.isfinite(r.rtt_median):
+                        v[2] += r.rtt_median * (r.sent - r.lost)
+                        v[3] += r.sent - r.lost
 
     def process(self, start: float, end: float, windows: Sequence[WindowStats]) -> list[Incident]:
         metrics.WINDOWS_ANALYZED.inc(len(windows))

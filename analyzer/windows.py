@@ -9,7 +9,7 @@ import numpy as np
 
 from analyzer.records import ProbeRecords
 from netskel.arrays import factorize, unique_rows_inverse
-from netskel.model import WindowStats
+from netskel.model import RouteStats, WindowStats
 
 QUANTILES = (0.25, 0.5, 0.75)
 
@@ -62,9 +62,11 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
         for name, q in zip(("rtt_p25", "rtt_median", "rtt_p75"), QUANTILES, strict=True):
             stats[name] = group_quantiles(rt, safe_starts, safe_counts, q)
     routes = np.full(g, "", dtype=object)
+    by_route: list[tuple[RouteStats, ...]] = [()] * g
     if rec.route is not None:  # a window's traced route: its probes' (the last one seen)
         traced = np.array([isinstance(r, str) and r != "" for r in rec.route], dtype=bool)
         routes[group[traced]] = rec.route[traced]
+        by_route = _route_stats(group[traced], rec.route[traced], rec.rtt_us[traced], g)
     out = []
     for i in range(g):
         w, s, d, size, pc = (int(x) for x in uniq[i])
@@ -72,5 +74,38 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
         out.append(WindowStats(src=str(src_names[s]), dst=str(dst_names[d]),
                                window_start=w * window_s, window_end=(w + 1) * window_s,
                                size=size, sent=int(sent[i]), lost=int(sent[i] - received[i]),
-                               proto=str(proto_names[pc]), route=str(routes[i]), **kw))
+                               proto=str(proto_names[pc]), route=str(routes[i]),
+                               routes=by_route[i], **kw))
+    return out
+
+
+def _route_stats(group: np.ndarray, route: np.ndarray, rtt: np.ndarray, g: int
+                 ) -> list[tuple[RouteStats, ...]]:
+    """Each window's traced probes by forward route: sent, lost, median RTT.
+    A lost probe's route is its flow's, so losses land on the path they took."""
+    out: list[tuple[RouteStats, ...]] = [()] * g
+    if len(group) == 0:
+        return out
+    names, code = factorize(route)
+    keys = np.stack([group, code], axis=1)
+    uniq, sub = unique_rows_inverse(keys)
+    m = len(uniq)
+    sent = np.bincount(sub, minlength=m)
+    ok = np.isfinite(rtt)
+    received = np.bincount(sub[ok], minlength=m)
+    sr, rt = sub[ok], rtt[ok]
+    order = np.lexsort((rt, sr))
+    starts = np.zeros(m, dtype=np.int64)
+    starts[1:] = np.cumsum(received)[:-1]
+    med = np.full(m, np.nan)
+    has = received > 0
+    if has.any():
+        med[has] = group_quantiles(rt[order], starts[has], received[has], 0.5)
+    per: dict[int, list[RouteStats]] = {}
+    for j in range(m):
+        per.setdefault(int(uniq[j, 0]), []).append(RouteStats(
+            route=str(names[int(uniq[j, 1])]), sent=int(sent[j]),
+            lost=int(sent[j] - received[j]), rtt_median=float(med[j])))
+    for i, rs in per.items():
+        out[i] = tuple(rs)
     return out

@@ -13,6 +13,17 @@ COMPONENT_TYPES = ("link", "switch", "nic", "vswitch_rule", "host", "endpoint", 
 
 
 @dataclass(frozen=True)
+class RouteStats:
+    """A window's probes that took one traced forward route (several flows
+    of a pair spread over ECMP paths): where its losses and delays went."""
+
+    route: str
+    sent: int
+    lost: int
+    rtt_median: float = math.nan
+
+
+@dataclass(frozen=True)
 class WindowStats:
     """One probe target, one size class, one window. RTTs in microseconds."""
 
@@ -32,6 +43,7 @@ class WindowStats:
     rtt_max: float = math.nan
     proto: str = "udp"
     route: str = ""  # traced forward route (switch ids joined by ">"), "" when unknown
+    routes: tuple[RouteStats, ...] = ()  # the probes by traced forward route, when known
 
     def problem(self) -> str | None:
         """Why this window cannot be trusted, or None. Bad windows are dropped

@@ -215,6 +215,7 @@ class WindowStats(_message.Message):
     RTT_MAX_FIELD_NUMBER: _builtins.int
     PROTO_FIELD_NUMBER: _builtins.int
     ROUTE_FIELD_NUMBER: _builtins.int
+    ROUTES_FIELD_NUMBER: _builtins.int
     src: _builtins.str
     dst: _builtins.str
     window_start: _builtins.float
@@ -235,6 +236,12 @@ class WindowStats(_message.Message):
     """Traced underlay route of the pair's NICs: switch ids joined by ">"
     (contract section 3); empty when not traced or not fully answered.
     """
+    @_builtins.property
+    def routes(self) -> _containers.RepeatedCompositeFieldContainer[Global___RouteStats]:
+        """The window's probes by forward route (one per traced flow; contract
+        section 3): lost probes count on the route they were sent along.
+        """
+
     def __init__(
         self,
         *,
@@ -254,11 +261,43 @@ class WindowStats(_message.Message):
         rtt_max: _builtins.float = ...,
         proto: _builtins.str = ...,
         route: _builtins.str = ...,
+        routes: _abc.Iterable[Global___RouteStats] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "lost", b"lost", "proto", b"proto", "route", b"route", "rtt_max", b"rtt_max", "rtt_mean", b"rtt_mean", "rtt_median", b"rtt_median", "rtt_min", b"rtt_min", "rtt_p25", b"rtt_p25", "rtt_p75", b"rtt_p75", "rtt_std", b"rtt_std", "sent", b"sent", "size", b"size", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "lost", b"lost", "proto", b"proto", "route", b"route", "routes", b"routes", "rtt_max", b"rtt_max", "rtt_mean", b"rtt_mean", "rtt_median", b"rtt_median", "rtt_min", b"rtt_min", "rtt_p25", b"rtt_p25", "rtt_p75", b"rtt_p75", "rtt_std", b"rtt_std", "sent", b"sent", "size", b"size", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WindowStats: _TypeAlias = WindowStats  # noqa: Y015
+
+@_typing.final
+class RouteStats(_message.Message):
+    """Probes of one window that took one traced forward route."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROUTE_FIELD_NUMBER: _builtins.int
+    SENT_FIELD_NUMBER: _builtins.int
+    LOST_FIELD_NUMBER: _builtins.int
+    RTT_MEDIAN_FIELD_NUMBER: _builtins.int
+    route: _builtins.str
+    sent: _builtins.int
+    lost: _builtins.int
+    rtt_median: _builtins.float
+    """Median RTT of its received probes, microseconds; NaN when none came back."""
+    def __init__(
+        self,
+        *,
+        route: _builtins.str = ...,
+        sent: _builtins.int = ...,
+        lost: _builtins.int = ...,
+        rtt_median: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lost", b"lost", "route", b"route", "rtt_median", b"rtt_median", "sent", b"sent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RouteStats: _TypeAlias = RouteStats  # noqa: Y015
