@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 DEFAULT_RANGE_S = 300.0
 
 OK, FAULT, INCONCLUSIVE = "NETWORK_OK", "NETWORK_FAULT", "INCONCLUSIVE"
+# How certain a component type is, when two findings name the same pairs: an
+# agent that stopped, a rule the tables show broken or a NIC whose offloaded
+# table disagrees are facts; a link is a vote; an endpoint is a guess.
+_RANK = {"agent": 5, "vswitch_rule": 4, "nic": 3, "switch": 2, "link": 2, "host": 2,
+         "endpoint": 0}
 
 
 @dataclass(frozen=True)
@@ -416,6 +421,28 @@ class Analyzer:
         seen_keys = set()
         for f in findings:
             key = (f.component.type, f.component.id)
+            # One incident per fault: a finding about pairs an open incident
+            # already holds refines that incident (a more certain component
+            # replaces its guess, id kept) or just keeps it open.
+            held = self._overlapping(f, open_map, key)
+            if held is not None:
+                seen_keys.add(held)
+                inc = self.incidents[open_map[held]]
+                if _RANK.get(f.component.type, 0) > _RANK.get(inc.component.type, 0):
+                    log.warning("incident %s refined: %s %s -> %s %s", inc.id,
+                                inc.component.type, inc.component.id, f.component.type,
+                                f.component.id)
+                    inc.component, inc.layer = f.component, f.layer
+                    inc.confidence = f.confidence
+                    inc.evidence = {**f.evidence, "refined_from": {
+                        "type": held[0], "id": held[1]}}
+                    open_map[key] = open_map.pop(held)
+                    streaks.pop(held, None)
+                    seen_keys.add(key)
+                inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
+                inc.symptom = worst_symptom((inc.symptom, f.symptom))
+                changed.append(inc)
+                continue
             seen_keys.add(key)
             count, first = streaks.get(key, (0, start))
             # A window slow for most of its length is persistence enough on its own.
@@ -455,6 +482,21 @@ class Analyzer:
                 changed.append(inc)
                 log.warning("incident %s closed", inc.id)
         return changed
+
+    def _overlapping(self, f: Finding, open_map: dict[tuple[str, str], str],
+                     key: tuple[str, str]) -> tuple[str, str] | None:
+        """The open incident (other than the finding's own) sharing at least
+        half of the smaller of their pair sets, most shared first."""
+        if key in open_map:
+            return None
+        mine = set(f.pairs)
+        best, best_n = None, 0
+        for k, inc_id in open_map.items():
+            theirs = self.incidents[inc_id].pairs
+            n = sum(1 for p in theirs if p in mine)
+            if n and 2 * n >= min(len(mine), len(theirs)) and n > best_n:
+                best, best_n = k, n
+        return best
 
     # -- queries --------------------------------------------------------------
     def list_incidents(self, open_only: bool = False, since: float = 0.0) -> list[Incident]:

@@ -12,7 +12,7 @@ from analyzer.localize import localize
 from analyzer.paths import UnderlayPaths
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
-from netskel.model import AgentState, WindowStats
+from netskel.model import AgentState, RouteStats, WindowStats
 from netskel.topology import parse_topology
 from testbed.layout import Layout, layout_doc
 
@@ -216,3 +216,51 @@ def test_active_check_latency_needs_history(engine):
     assert out.reasons == {(a, b): "64 B: median RTT 1000 us, typically 13 us"}
     unseen = WindowStats(a, b, now - 4, now - 1, 4096, 60, 0, 900, 950, 1000, 1100, 1000, 50, 1500)
     assert engine.judge_check([unseen], now).reasons == {}
+
+
+def test_losses_accuse_the_routes_they_took_not_the_last_traced_one(engine):
+    """Each pair spreads its probes over two ECMP paths; only the paths
+    through spine 0 lose. The window's last traced route is the healthy
+    spine-1 path: the blame must follow the lost probes' routes."""
+    for k in range(4):
+        feed(engine, k)
+    cross = [(a, b) for a in range(4) for b in range(a + 1, 4)
+             if LAY.tor_index(a) != LAY.tor_index(b)]
+
+    def route(a, b, spine):
+        return f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
+    start = T0 + 4 * W
+    ws = []
+    for a, b in cross:
+        ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
+        ws.append(WindowStats(ea, eb, start, start + W, 64, 60, 15, 10, 12, 13, 14, 13, 1, 20,
+                              route=route(a, b, 1),
+                              routes=(RouteStats(route(a, b, 0), 30, 15, 13.0),
+                                      RouteStats(route(a, b, 1), 30, 0, 13.0))))
+    ws += [win(a, b, 4) for r in range(2) for a, b in rail_pairs(r)
+           if not (r == 0 and (a, b) in cross)]
+    assert engine.add_windows(ws) == []
+    changed = engine.tick(start + W + 5)
+    assert changed
+    named = {i.component.id for i in changed}
+    assert all(LAY.spine(0) in c for c in named), named
+    assert not any(LAY.spine(1) in c for c in named), named
+
+
+def test_a_later_certain_verdict_refines_the_open_incident_in_place(engine):
+    """Probes to a crashed agent are lost before anyone knows it crashed: a
+    link is blamed first. When its agent is known dead, the same incident
+    (same id) names the agent; no second incident opens."""
+    victim = 2
+    bad = {p for p in rail_pairs(0) if LAY.endpoint(victim, 0) in p}
+    feed(engine, 0)
+    first = feed(engine, 1, bad=bad, lost=300)
+    assert len(first) == 1 and first[0].component.type == "link"
+    eps = tuple(LAY.endpoint(victim, r) for r in range(2))
+    engine.set_agent(AgentState(LAY.container(victim), eps, registered=True, ready=False,
+                                last_heartbeat=T0))
+    second = feed(engine, 2, bad=bad, lost=300)
+    assert [i.id for i in second] == [first[0].id]
+    assert second[0].component.type == "agent" and second[0].layer == "agent"
+    assert second[0].evidence["refined_from"]["type"] == "link"
+    assert len(engine.list_incidents()) == 1
