@@ -4,18 +4,17 @@ In order, each step taking the pairs the previous ones left unexplained:
 
 1. Agent. A pair whose prober or responder agent is gone (no heartbeat live;
    no probes of its own offline) is an agent problem, not a network one.
-2. Overlay. Follow the virtual switches' rules both ways; a pair whose
-   forwarding breaks (blackhole, loop) is explained by that rule. These
-   findings are certain: the tables say so.
+2. Overlay and NIC. Follow the virtual switches' rules both ways; a pair whose
+   forwarding breaks (blackhole, loop) is explained by that rule, and one
+   whose path crosses a NIC whose offloaded rule disagrees with its switch's
+   by that NIC. These findings are certain: the tables say so.
 3. Underlay. Anomalous pairs accuse the links they may cross (traced routes
    when known, ECMP alternatives sharing the vote when not); healthy pairs
    clear links all their paths cross. A link stays a suspect only while it is
    accused more than cleared. A greedy cover names links until the pairs are
    explained — the smallest set it can find, whatever the other layers found.
    Links of one switch named together become that switch.
-4. NIC. A pair neither layer explains, on a path where a NIC's offloaded rule
-   disagrees with its switch's, blames that NIC.
-5. What is left is reported as unknown, never forced onto a link.
+4. What is left is reported as unknown, never forced onto a link.
 """
 
 from __future__ import annotations
@@ -74,10 +73,10 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
     traces = {p: overlay(p) for p in network}
     findings += _overlay_findings(network, traces)
     rest = {p: s for p, s in network.items() if traces[p].kind not in ("blackhole", "loop")}
-    links, unexplained = _underlay_findings(rest, healthy, candidates, clears)
-    findings += _merge_switches(links, switches_of) if switches_of else links
+    # A NIC whose offloaded rule for the pair's flow differs from its switch's
+    # is a fact about that NIC; its ToR link would only be the nearest vote.
     nic_pairs: dict[str, list[Pair]] = defaultdict(list)
-    for p in sorted(unexplained):
+    for p in sorted(rest):
         t = traces[p]
         if t.kind == "nic" and t.nic:
             nic_pairs[t.nic].append(p)
@@ -87,9 +86,12 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
                                 symptom=worst_symptom(rest[p] for p in pairs), pairs=pairs,
                                 confidence=0.8,
                                 evidence={"reason": "the NIC's offloaded rule for this flow differs "
-                                                    "from its virtual switch's; no link explains it",
+                                                    "from its virtual switch's",
                                           "rule": t.rule, **t.detail}))
-        unexplained -= set(pairs)
+    explained = {p for ps in nic_pairs.values() for p in ps}
+    rest = {p: s for p, s in rest.items() if p not in explained}
+    links, unexplained = _underlay_findings(rest, healthy, candidates, clears)
+    findings += _merge_switches(links, switches_of) if switches_of else links
     if unexplained:
         pairs = sorted(unexplained)
         findings.append(Finding(component=Component("endpoint", pairs[0][1]), layer="unknown",

@@ -264,3 +264,24 @@ def test_a_later_certain_verdict_refines_the_open_incident_in_place(engine):
     assert second[0].component.type == "agent" and second[0].layer == "agent"
     assert second[0].evidence["refined_from"]["type"] == "link"
     assert len(engine.list_incidents()) == 1
+
+
+def test_nic_with_a_disagreeing_offload_is_named_before_its_tor_link():
+    """Every anomalous pair crosses NIC n0's ToR link, so the link would win
+    the vote; the NIC's offloaded table disagreeing with its switch is a
+    fact and names the NIC instead."""
+    from analyzer.overlay import Trace
+
+    n0 = "h0000/rnic0"
+    tor_link = "h0000/rnic0~tor-r0-0"
+    pairs = [("a/0", f"b{i}/0") for i in range(3)]
+
+    def candidates(p):
+        return {tor_link: 1.0, f"{p[1]}~tor": 1.0}
+
+    def overlay(p):
+        return Trace("nic", rule="h0000:7:10.0.0.9", nic=n0)
+    out = localize({p: "latency" for p in pairs}, set(), set(), candidates, overlay)
+    assert [(f.component.type, f.component.id, f.layer) for f in out] == [("nic", n0, "nic")]
+    plain = localize({p: "latency" for p in pairs}, set(), set(), candidates)
+    assert [(f.component.type, f.component.id) for f in plain] == [("link", tor_link)]
