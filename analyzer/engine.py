@@ -36,6 +36,8 @@ OK, FAULT, INCONCLUSIVE = "NETWORK_OK", "NETWORK_FAULT", "INCONCLUSIVE"
 # How certain a component type is, when two findings name the same pairs: an
 # agent that stopped, a rule the tables show broken or a NIC whose offloaded
 # table disagrees are facts; a link is a vote; an endpoint is a guess.
+MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" credible
+MIN_ROUTE_PROBES = 3  # received probes a route needs before its median counts
 _RANK = {"agent": 5, "vswitch_rule": 4, "nic": 3, "switch": 2, "link": 2, "host": 2,
          "endpoint": 0}
 
@@ -197,6 +199,41 @@ class Analyzer:
             self._cand_cache[(pair, src, route)] = got
         return got
 
+    def _strong_pairs(self, pid: np.ndarray, sustained: np.ndarray, received: np.ndarray
+                      ) -> set[Pair]:
+        """Pairs slow for most of the window by enough probes to say so: every
+        row of the pair sustained and at least MIN_SUSTAINED_PROBES received
+        among them (one row of 7 probes is slow by chance in a short burst)."""
+        rows = np.bincount(pid, minlength=len(self._pairs))
+        slow = np.bincount(pid[sustained], minlength=len(self._pairs))
+        got = np.bincount(pid[sustained], weights=received[sustained], minlength=len(self._pairs))
+        ok = np.flatnonzero((slow > 0) & (slow == rows) & (got >= MIN_SUSTAINED_PROBES))
+        return {self._pairs[int(i)] for i in ok}
+
+    def _slow_routes(self) -> dict[Pair, dict[str, float]]:
+        """Pairs whose probes on one forward route are slower than on its
+        other routes of the same length by a real amount: a fault on one of
+        a pair's ECMP paths slows only the flows hashed onto it, which moves
+        the window's median little (a quarter of the probes) but shows in
+        full between its routes, with no history needed."""
+        out: dict[Pair, dict[str, float]] = {}
+        for pair, ev in self._by_route.items():
+            med: dict[str, float] = {}
+            for (_src, route), v in ev.items():
+                if v[3] >= MIN_ROUTE_PROBES:
+                    med[route] = v[2] / v[3]
+            by_len: dict[int, dict[str, float]] = defaultdict(dict)
+            for route, m in med.items():
+                by_len[route.count(">")][route] = m
+            for same in by_len.values():
+                if len(same) < 2:
+                    continue
+                floor = min(same.values())
+                need = max(self.cfg.latency_min_shift_us, self.cfg.latency_rel_shift * floor)
+                if max(same.values()) - floor >= need:
+                    out[pair] = {r: round(m, 1) for r, m in same.items()}
+        return out
+
     def _route_candidates(self, pair: Pair, symptom: str) -> dict[str, float]:
         """Links an anomalous pair accuses from its own probes' routes: each
         route carries the share of the pair's routed losses (or of its slow
@@ -303,6 +340,11 @@ class Analyzer:
                 anomalous[pair] = symptom
                 evidence[pair] = {f"size_{windows[i].size}": _window_evidence(windows[i], obs, i)
                                   for i in idx}
+        for pair, ev in self._slow_routes().items():
+            if pair not in anomalous:
+                anomalous[pair] = "latency"
+                evidence[pair] = {"routes": ev}
+                bad_pairs = np.union1d(bad_pairs, [self._pair_id[pair]])
         seen_ids = unique(pid)
         self._seen.append(_Seen(start, end, seen_ids, {int(x) for x in bad_pairs}))
         changed = []
@@ -312,7 +354,7 @@ class Analyzer:
             healthy_rows = np.flatnonzero(~np.isin(pid, bad_pairs))
             findings = self._localize(anomalous, healthy,
                                       self._link_clears(groups, pid, healthy_rows))
-            strong = {self._pairs[int(i)] for i in unique(pid[obs.sustained])}
+            strong = self._strong_pairs(pid, obs.sustained, sent - lost)
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
                                               strong)

@@ -67,7 +67,7 @@ class AnalyzerConfig:
     loss_alpha: float = 0.01           # false loss alarms per window, across all tests (Bonferroni)
     loss_min_lost: int = 3             # fewer lost probes are never a loss anomaly
     persist_windows: int = 1           # lossy windows in a row before an incident opens
-    latency_persist_windows: int = 2   # slow windows in a row (one slow for 3/4 of it counts
+    latency_persist_windows: int = 3   # slow windows in a row (one slow for 3/4 of it counts
     #                                    as two): a congestion burst under 20 s is not a fault
     lof_neighbors: int = 5             # k of the Local Outlier Factor
     lof_history_windows: int = 10      # earlier windows a new one is judged against (5 min of 30 s)

@@ -285,3 +285,43 @@ def test_nic_with_a_disagreeing_offload_is_named_before_its_tor_link():
     assert [(f.component.type, f.component.id, f.layer) for f in out] == [("nic", n0, "nic")]
     plain = localize({p: "latency" for p in pairs}, set(), set(), candidates)
     assert [(f.component.type, f.component.id) for f in plain] == [("link", tor_link)]
+
+
+def _route_windows(k, slow_us):
+    """Every rail-0 cross-ToR pair probes over both spines; routes through
+    spine 0 are `slow_us` slower. Median and p25 stay near the fast path."""
+    start = T0 + k * W
+    out = []
+    for r in range(2):
+        for a, b in ((a, b) for a in range(4) for b in range(a + 1, 4)):
+            ea, eb = LAY.endpoint(a, r), LAY.endpoint(b, r)
+            if r == 0 and LAY.tor_index(a) != LAY.tor_index(b):
+                routes = tuple(RouteStats(f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(s)}>"
+                                          f"{LAY.tor(0, LAY.tor_index(b))}", 10, 0,
+                                          13.0 + (slow_us if s == 0 else 0.0)) for s in (0, 1))
+                out.append(WindowStats(ea, eb, start, start + W, 64, 40, 0, 10, 12, 13, 14,
+                                       13, 1, 20, routes=routes))
+            else:
+                out.append(win(ea, eb, k))
+    return out
+
+
+@pytest.mark.parametrize("slow_windows,opens", [(2, False), (3, True)])
+def test_one_slow_ecmp_path_opens_a_latency_incident_only_when_it_lasts(engine, slow_windows,
+                                                                        opens):
+    """A fault on one of a pair's paths slows a fraction of its probes: the
+    routes show it even when the window's median does not. Slow for two
+    windows (a congestion burst can touch two) opens nothing; three do, and
+    the blame is on spine 0's side."""
+    for k in range(4):
+        assert engine.add_windows(_route_windows(k, 0.0)) == []
+        engine.tick(T0 + (k + 1) * W + 5)
+    changed = []
+    for k in range(4, 4 + slow_windows):
+        assert engine.add_windows(_route_windows(k, 100.0)) == []
+        changed += engine.tick(T0 + (k + 1) * W + 5)
+    assert bool(changed) == opens
+    if opens:
+        inc = changed[-1]
+        assert inc.symptom == "latency" and inc.start == T0 + 4 * W
+        assert LAY.spine(0) in inc.component.id and LAY.spine(1) not in inc.component.id
