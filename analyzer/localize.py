@@ -150,13 +150,22 @@ def _underlay_findings(rest: Mapping[Pair, str], healthy: set[Pair], candidates:
         best, best_score = ranked[0]
         explained = sorted(p for p in unexplained if best in cand[p])
         confidence = best_score / (len(explained) + clears.get(best, 0))
+        # Links every accusing pair crosses together with the best one, equally
+        # voted and cleared (the two spine links of a path between the only
+        # two ToRs of a rail): probes cannot tell them apart, so say so.
+        twins = [k for k, v in ranked[1:] if abs(v - best_score) < 1e-9
+                 and clears.get(k, 0) == clears.get(best, 0)
+                 and all(k in cand[p] for p in explained)]
+        evidence: dict[str, Any] = {"votes": {k: round(v, 3) for k, v in ranked[:5]},
+                                    "healthy_pairs_on_link": clears.get(best, 0),
+                                    "anomalous_pairs": len(explained)}
+        if twins:
+            evidence["indistinguishable_from"] = twins
+            confidence /= 1 + len(twins)
         findings.append(Finding(
             component=Component("link", best), layer="underlay",
             symptom=worst_symptom(rest[p] for p in explained), pairs=explained,
-            confidence=round(min(1.0, confidence), 3),
-            evidence={"votes": {k: round(v, 3) for k, v in ranked[:5]},
-                      "healthy_pairs_on_link": clears.get(best, 0),
-                      "anomalous_pairs": len(explained)}))
+            confidence=round(min(1.0, confidence), 3), evidence=evidence))
         unexplained -= set(explained)
     return findings, unexplained | {p for p in rest if not cand[p]}
 

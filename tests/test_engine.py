@@ -245,6 +245,10 @@ def test_losses_accuse_the_routes_they_took_not_the_last_traced_one(engine):
     named = {i.component.id for i in changed}
     assert all(LAY.spine(0) in c for c in named), named
     assert not any(LAY.spine(1) in c for c in named), named
+    # Both of spine 0's links carry every lost probe: the tie is reported.
+    twins = changed[0].evidence.get("indistinguishable_from")
+    assert twins and all(LAY.spine(0) in t for t in twins), changed[0].evidence
+    assert changed[0].confidence <= 0.5
 
 
 def test_a_later_certain_verdict_refines_the_open_incident_in_place(engine):
