@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from netskel.arrays import factorize
 from netskel.errors import InputError
 from netskel.topology import Topology
 
@@ -25,9 +26,23 @@ class ProbeRecords:
     rtt_us: np.ndarray    # float64, NaN when lost
     proto: np.ndarray     # object (str)
     route: np.ndarray | None  # object (str or None)
+    # Columns already dictionary-encoded by the reader: name -> (sorted
+    # distinct values, code of each row). Spares a Python pass per column.
+    coded: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ts)
+
+    def factorized(self, col: str) -> tuple[list[str], np.ndarray]:
+        got = self.coded.get(col)
+        if got is not None:
+            return got
+        values = getattr(self, col)
+        if col == "route":  # untraced probes: null, coded -1
+            null = np.array([v is None for v in values], dtype=bool)
+            names, codes = factorize(np.where(null, "", values))
+            return names, np.where(null, -1, codes)
+        return factorize(values)
 
 
 def _kind_ok(t: pa.DataType, kind: str) -> bool:
@@ -72,10 +87,26 @@ def read_table(path: str | Path, required: dict[str, str],
 
 
 def _strings(table: pa.Table, col: str) -> np.ndarray:
-    arr = table.column(col)
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(pa.string())
-    return np.asarray(arr.to_pylist(), dtype=object)
+    return _coded(table, col)[2]
+
+
+def _coded(table: pa.Table, col: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(sorted distinct strings, each row's code (-1 for null), each row's
+    string as an object array (None for null)) by Arrow's dictionary
+    encoding: distinct values go through Python once, not every row."""
+    arr = table.column(col).combine_chunks()
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    names = [str(x) for x in arr.dictionary.to_pylist()]
+    idx = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    order = sorted(range(len(names)), key=names.__getitem__)
+    remap = np.empty(len(names) + 1, dtype=np.int64)
+    remap[order] = np.arange(len(names))
+    remap[-1] = -1  # a null stays -1
+    codes = remap[idx]
+    sorted_names = [names[i] for i in order]
+    values = np.asarray(sorted_names + [None], dtype=object)[codes]
+    return sorted_names, codes, values
 
 
 def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
@@ -88,7 +119,8 @@ def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
     if size_col.null_count:
         raise InputError(f"{p}: column 'size' has nulls")
     size = size_col.to_numpy(zero_copy_only=False).astype(np.int64)
-    src, dst, proto = _strings(table, "src"), _strings(table, "dst"), _strings(table, "proto")
+    coded = {c: _coded(table, c) for c in ("src", "dst", "proto")}
+    src, dst, proto = (coded[c][2] for c in ("src", "dst", "proto"))
     if not np.all(np.isfinite(ts)):
         raise InputError(f"{p}: column 'ts' has null or non-finite values")
     for name, col in (("src", src), ("dst", dst)):
@@ -101,5 +133,9 @@ def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
         raise InputError(f"{p}: column 'rtt_us' has {int(bad.sum())} negative values")
     if np.any(size <= 0):
         raise InputError(f"{p}: column 'size' has non-positive values")
-    route = _strings(table, "route") if "route" in table.column_names else None
-    return ProbeRecords(ts=ts, src=src, dst=dst, size=size, rtt_us=rtt, proto=proto, route=route)
+    route = None
+    if "route" in table.column_names:
+        coded["route"] = _coded(table, "route")
+        route = coded["route"][2]
+    return ProbeRecords(ts=ts, src=src, dst=dst, size=size, rtt_us=rtt, proto=proto, route=route,
+                        coded={c: (coded[c][0], coded[c][1]) for c in coded})

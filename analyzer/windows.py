@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.records import ProbeRecords
-from netskel.arrays import factorize, unique_rows_inverse
+from netskel.arrays import unique_rows_inverse
 from netskel.model import RouteStats, WindowStats
 
 QUANTILES = (0.25, 0.5, 0.75)
@@ -31,9 +31,9 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
     n = len(rec)
     if n == 0:
         return []
-    src_names, src_code = factorize(rec.src)
-    dst_names, dst_code = factorize(rec.dst)
-    proto_names, proto_code = factorize(rec.proto)
+    src_names, src_code = rec.factorized("src")
+    dst_names, dst_code = rec.factorized("dst")
+    proto_names, proto_code = rec.factorized("proto")
     widx = np.floor(rec.ts / window_s).astype(np.int64)
     keys = np.stack([widx, src_code, dst_code, rec.size, proto_code], axis=1)
     uniq, group = unique_rows_inverse(keys)
@@ -64,9 +64,11 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
     routes = np.full(g, "", dtype=object)
     by_route: list[tuple[RouteStats, ...]] = [()] * g
     if rec.route is not None:  # a window's traced route: its probes' (the last one seen)
-        traced = np.array([isinstance(r, str) and r != "" for r in rec.route], dtype=bool)
-        routes[group[traced]] = rec.route[traced]
-        by_route = _route_stats(group[traced], rec.route[traced], rec.rtt_us[traced], g)
+        names, code = rec.factorized("route")
+        named = np.asarray(names + [""], dtype=object)
+        traced = (code >= 0) & (named[code] != "")
+        routes[group[traced]] = named[code[traced]]
+        by_route = _route_stats(group[traced], names, code[traced], rec.rtt_us[traced], g)
     out = []
     for i in range(g):
         w, s, d, size, pc = (int(x) for x in uniq[i])
@@ -79,14 +81,13 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
     return out
 
 
-def _route_stats(group: np.ndarray, route: np.ndarray, rtt: np.ndarray, g: int
-                 ) -> list[tuple[RouteStats, ...]]:
+def _route_stats(group: np.ndarray, names: list[str], code: np.ndarray, rtt: np.ndarray,
+                 g: int) -> list[tuple[RouteStats, ...]]:
     """Each window's traced probes by forward route: sent, lost, median RTT.
     A lost probe's route is its flow's, so losses land on the path they took."""
     out: list[tuple[RouteStats, ...]] = [()] * g
     if len(group) == 0:
         return out
-    names, code = factorize(route)
     keys = np.stack([group, code], axis=1)
     uniq, sub = unique_rows_inverse(keys)
     m = len(uniq)
