@@ -297,7 +297,7 @@ def _route_windows(k, slow_us):
     start = T0 + k * W
     out = []
     for r in range(2):
-        for a, b in ((a, b) for a in range(4) for b in range(a + 1, 4)):
+        for a, b in ((x, y) for x in range(4) for y in range(x + 1, 4)):
             ea, eb = LAY.endpoint(a, r), LAY.endpoint(b, r)
             if r == 0 and LAY.tor_index(a) != LAY.tor_index(b):
                 routes = tuple(RouteStats(f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(s)}>"
