@@ -43,10 +43,39 @@ class Groups:
     count: int
 
 
+@dataclass
+class Carry:
+    """Per loss group, the previous window's probes when that window's loss
+    was suspicious but not yet significant: the next window is tested with
+    them added (a two-window sequential test), so a slow loss is found in two
+    windows rather than never."""
+
+    sent: np.ndarray
+    lost: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int) -> Carry:
+        return cls(np.zeros(n), np.zeros(n))
+
+
 def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
                 hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
                 max_groups: int = 64,
                 prior_probes: float = 10_000.0) -> np.ndarray:
+    return pooled_loss_carried(g, sent, lost, hist_sent, hist_lost, floor, alpha, min_lost,
+                               max_groups, prior_probes)[0]
+
+
+def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
+                        hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
+                        max_groups: int = 64, prior_probes: float = 10_000.0,
+                        carry: Carry | None = None, near_alpha: float = 0.0
+                        ) -> tuple[np.ndarray, np.ndarray, Carry]:
+    """(rows hit, rows in suspicious groups, the carry for the next window).
+    A group is suspicious when its loss, with the carried window added, has
+    p < near_alpha without being significant: its rows stay out of the
+    healthy history (a slow loss must not teach the baseline the fault) and
+    its probes are carried to the next window's test."""
     """Rows with losses in a group whose pooled loss is significant. 1 % loss
     is a few probes per pair-window, lost in the noise; over the tens of pairs
     crossing one link it is hundreds (Poisson test of the summed losses
@@ -62,9 +91,14 @@ def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.nda
     lost_w = lost.astype(np.float64).copy()
     hit = np.zeros(len(sent), dtype=bool)
     done = np.zeros(g.count, dtype=bool)
+    c_sent = np.zeros(g.count)
+    c_lost = np.zeros(g.count)
+    if carry is not None:
+        n = min(g.count, len(carry.sent))
+        c_sent[:n], c_lost[:n] = carry.sent[:n], carry.lost[:n]
     for _ in range(max_groups):
-        exp = np.bincount(g.codes, weights=sent_w[member], minlength=g.count) * rate
-        tot = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
+        exp = (np.bincount(g.codes, weights=sent_w[member], minlength=g.count) + c_sent) * rate
+        tot = np.bincount(g.codes, weights=lost_w[member], minlength=g.count) + c_lost
         mu = np.maximum(exp, 1e-12)
         logp = np.where(tot >= min_lost, sps.poisson.logsf(tot - 1, mu), 0.0)
         significant = logp < np.log(alpha)
@@ -88,7 +122,20 @@ def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.nda
         hit[rows] = True
         lost_w[rows] = 0.0  # explained: no longer evidence against other groups
         sent_w[rows] = 0.0
-    return hit & (lost > 0)
+    hit &= lost > 0
+    if near_alpha <= 0:
+        return hit, np.zeros(len(sent), dtype=bool), Carry.empty(g.count)
+    # What is left unexplained, with the carried window: suspicious groups.
+    now_sent = np.bincount(g.codes, weights=sent_w[member], minlength=g.count)
+    now_lost = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
+    tot = now_lost + c_lost
+    mu = np.maximum((now_sent + c_sent) * rate, 1e-12)
+    logp = np.where(tot >= min_lost, sps.poisson.logsf(tot - 1, mu), 0.0)
+    near_group = (logp < np.log(near_alpha)) & ~done & (now_lost > 0)
+    near_rows = np.zeros(len(sent), dtype=bool)
+    near_rows[member[near_group[g.codes]]] = True
+    return hit, near_rows & ~hit, Carry(np.where(near_group, now_sent, 0.0),
+                                       np.where(near_group, now_lost, 0.0))
 
 
 @dataclass
@@ -133,6 +180,7 @@ class Detector:
         self.pn = np.zeros(0, dtype=np.int64)
         self.ref_mu = np.zeros(0)
         self.ref_sigma = np.zeros(0)
+        self.carry: Carry | None = None  # suspicious loss groups' last window
 
     # -- rows -----------------------------------------------------------------
     def rows_for(self, keys: list[RowKey]) -> np.ndarray:
@@ -226,9 +274,12 @@ class Detector:
         # (Bonferroni): half a million pairs must not make noise significant.
         alpha = cfg.loss_alpha / max(1, len(rows) + (groups.count if groups is not None else 0))
         loss = (lost >= cfg.loss_min_lost) & (loss_p < alpha)
+        suspect = np.zeros(len(rows), dtype=bool)
         if groups is not None:  # pooled: a pair's sizes, a link's pairs
-            loss |= pooled_loss(groups, sent, lost, hs, hl, cfg.loss_baseline, alpha,
-                                cfg.loss_min_lost)
+            pooled, suspect, self.carry = pooled_loss_carried(
+                groups, sent, lost, hs, hl, cfg.loss_baseline, alpha, cfg.loss_min_lost,
+                carry=self.carry, near_alpha=cfg.loss_near_alpha)
+            loss |= pooled
         # Latency: only a window whose median and p25 rose by a real amount can
         # be anomalous; LOF (log space) then decides whether it is an outlier
         # against the pair's recent windows. Rows that cannot qualify skip LOF.
@@ -251,7 +302,9 @@ class Detector:
         with np.errstate(invalid="ignore"):  # p25 up too: >= 3/4 of the window was slow
             sustained = latency & (stats[:, P25] - ref_p25 >= need)
         # Healthy windows join the history (a ring of the last H).
-        healthy = ~(loss | latency | unreachable)
+        # Near-significant rows stay out too: a slow loss must not become the baseline.
+        near = (lost >= cfg.loss_min_lost) & (loss_p < cfg.loss_near_alpha)
+        healthy = ~(loss | latency | unreachable | suspect | near)
         hr = rows[healthy]
         pos = self.hpos[hr]
         self.hist[hr, pos] = np.where(has_rtt[healthy, None], stats[healthy], np.nan)

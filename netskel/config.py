@@ -66,6 +66,8 @@ class AnalyzerConfig:
     loss_baseline: float = 0.0001      # least loss a healthy path shows (its history may raise it)
     loss_alpha: float = 0.01           # false loss alarms per window, across all tests (Bonferroni)
     loss_min_lost: int = 3             # fewer lost probes are never a loss anomaly
+    loss_near_alpha: float = 0.01      # loss this suspicious (uncorrected p) stays out of the
+    #                                    baseline, and a link's is re-tested with the next window
     persist_windows: int = 1           # lossy windows in a row before an incident opens
     latency_persist_windows: int = 3   # slow windows in a row (one slow for 3/4 of it counts
     #                                    as two): a congestion burst under 20 s is not a fault

@@ -111,3 +111,23 @@ def test_detector_history_excludes_anomalous_windows():
     for k in range(6, 20):  # a lasting fault stays anomalous: it never becomes the baseline
         obs, _ = det.observe(rows, base + 60, np.array([300]), np.array([0]), 30.0 * k, 30.0 * k + 30)
         assert obs.latency[0]
+
+
+def test_a_slow_loss_is_carried_to_the_next_window_and_kept_out_of_the_baseline():
+    """Ten pairs cross one link; each window they lose a little more than the
+    baseline allows, not enough to be significant alone. The first window is
+    suspicious (its rows must not join the healthy history) and carries its
+    probes; with them the second window is significant."""
+    from analyzer.detect import Groups, pooled_loss_carried
+
+    n = 10
+    sent = np.full(n, 30)
+    lost = np.array([1, 1, 1, 0, 1, 0, 1, 0, 0, 0])  # 5 of 300 against a 0.5 % baseline
+    g = Groups(indptr=np.arange(n + 1), codes=np.zeros(n, dtype=np.int64), count=1)
+    hist = np.zeros(n)
+    args = dict(floor=0.005, alpha=0.005, min_lost=3, near_alpha=0.1)
+    hit1, near1, carry = pooled_loss_carried(g, sent, lost, hist, hist, **args)
+    assert not hit1.any() and near1[lost > 0].all() and carry.lost[0] == 5
+    hit2, _, _ = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **args)
+    alone, _, _ = pooled_loss_carried(g, sent, lost, hist, hist, **args)
+    assert hit2.any() and not alone.any()
