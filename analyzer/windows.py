@@ -5,6 +5,8 @@ agents' windows do, so offline and live analysis see the same windows."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from analyzer.records import ProbeRecords
@@ -69,16 +71,23 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
         traced = (code >= 0) & (named[code] != "")
         routes[group[traced]] = named[code[traced]]
         by_route = _route_stats(group[traced], names, code[traced], rec.rtt_us[traced], g)
-    out = []
-    for i in range(g):
-        w, s, d, size, pc = (int(x) for x in uniq[i])
-        kw = {k: float(v[i]) for k, v in stats.items()} if has[i] else {}
-        out.append(WindowStats(src=str(src_names[s]), dst=str(dst_names[d]),
-                               window_start=w * window_s, window_end=(w + 1) * window_s,
-                               size=size, sent=int(sent[i]), lost=int(sent[i] - received[i]),
-                               proto=str(proto_names[pc]), route=str(routes[i]),
-                               routes=by_route[i], **kw))
-    return out
+    # One Python object per window is the output; build them from plain
+    # lists (numpy scalars one by one cost several times more).
+    nan = [math.nan] * g
+    cols = [np.where(has, stats[k], np.nan).tolist() if k in stats else nan for k in _ORDER]
+    src_s = np.asarray(src_names, dtype=object)[uniq[:, 1]].tolist()
+    dst_s = np.asarray(dst_names, dtype=object)[uniq[:, 2]].tolist()
+    proto_s = np.asarray(proto_names, dtype=object)[uniq[:, 4]].tolist()
+    w0 = (uniq[:, 0] * window_s).tolist()
+    w1 = ((uniq[:, 0] + 1) * window_s).tolist()
+    return [WindowStats(a, b, s0, s1, size, n, n - r, mn, p25, med, p75, mean, std, mx, pr, rt, rs)
+            for a, b, s0, s1, size, n, r, mn, p25, med, p75, mean, std, mx, pr, rt, rs
+            in zip(src_s, dst_s, w0, w1, uniq[:, 3].tolist(), sent.tolist(), received.tolist(),
+                   *cols, proto_s, routes.tolist(), by_route, strict=True)]
+
+
+# WindowStats' RTT fields in declaration order (after src..lost).
+_ORDER = ("rtt_min", "rtt_p25", "rtt_median", "rtt_p75", "rtt_mean", "rtt_std", "rtt_max")
 
 
 def _route_stats(group: np.ndarray, names: list[str], code: np.ndarray, rtt: np.ndarray,
@@ -102,11 +111,12 @@ def _route_stats(group: np.ndarray, names: list[str], code: np.ndarray, rtt: np.
     has = received > 0
     if has.any():
         med[has] = group_quantiles(rt[order], starts[has], received[has], 0.5)
-    per: dict[int, list[RouteStats]] = {}
-    for j in range(m):
-        per.setdefault(int(uniq[j, 0]), []).append(RouteStats(
-            route=str(names[int(uniq[j, 1])]), sent=int(sent[j]),
-            lost=int(sent[j] - received[j]), rtt_median=float(med[j])))
-    for i, rs in per.items():
-        out[i] = tuple(rs)
+    # uniq is sorted by window: each window's routes are one run.
+    win = uniq[:, 0]
+    bounds = np.flatnonzero(np.r_[True, win[1:] != win[:-1], True])
+    items = [RouteStats(r, n, n - k, md) for r, n, k, md in zip(
+        np.asarray(names, dtype=object)[uniq[:, 1]].tolist(), sent.tolist(), received.tolist(),
+        med.tolist(), strict=True)]
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        out[int(win[lo])] = tuple(items[lo:hi])
     return out
