@@ -481,8 +481,10 @@ class Analyzer:
                     open_map[key] = open_map.pop(held)
                     streaks.pop(held, None)
                     seen_keys.add(key)
-                inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
-                inc.symptom = worst_symptom((inc.symptom, f.symptom))
+                    inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
+                    inc.symptom = worst_symptom((inc.symptom, f.symptom))
+                # A vaguer finding only keeps the incident open: its other
+                # pairs are not this fault's.
                 changed.append(inc)
                 continue
             seen_keys.add(key)

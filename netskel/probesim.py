@@ -12,12 +12,19 @@ pairs whose endpoints sit on the given hosts, from `start` for `duration`:
 - loss: each probe lost with probability `magnitude`
 - large_drop: probes above 1 KB lost
 - drift: RTT grows linearly to (1 + `magnitude`) over `duration`, then stays
-- link / switch faults: any of the above on the pairs whose traced route
-  crosses `link` or `switch` (routes: one ECMP path per pair, by hash, also
-  written to the `route` column)
+- link / switch faults: any of the above on the probes whose flow's path
+  crosses `link` or `switch`. Each pair spreads its probes over `flows`
+  flows (round robin), each hashed onto its own ECMP path, as real probes
+  with several UDP source ports do; a flow's path is written to the `route`
+  column only when that flow was traced (`traced_share` of them), and its
+  index to `flow` (contract section 3)
 - blackhole / loop / nic_offload: overlay faults (see `break_overlay`); the
   pairs whose round trip uses the broken rule lose every probe
 - agent_crash: `endpoint`'s agent neither probes nor answers
+
+Benign noise besides: rare single-probe spikes and, `benign_per_hour`
+times an hour, congestion of one random switch for 3-19 s (+20-60 us to the
+probes crossing it), which is never a fault (listed in `ProbeTruth.benign`).
 """
 
 from __future__ import annotations
@@ -59,12 +66,16 @@ class ProbeNoise:
     tail: float = 0.002          # fraction of probes with an extra exponential delay
     healthy_loss: float = 0.00005   # RDMA fabrics are all but lossless
     spikes_per_pair_hour: float = 60.0
+    flows: int = 4                  # flows per pair, each on its own ECMP path
+    traced_share: float = 0.6       # share of flows whose route is known
+    benign_per_hour: float = 6.0    # short congestion episodes on a random switch
 
 
 @dataclass
 class ProbeTruth:
     pairs: list[tuple[str, str]] = field(default_factory=list)
     affected: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # fault index -> pairs
+    benign: list[dict[str, Any]] = field(default_factory=list)  # congestion episodes, not faults
 
 
 def with_overlay(doc: dict[str, Any], hosts: set[str] | None = None) -> dict[str, Any]:
@@ -120,8 +131,9 @@ def break_overlay(doc: dict[str, Any], faults: list[ProbeFault]) -> dict[str, An
 
 
 def _routes(doc: dict[str, Any], pairs: list[tuple[str, str, str, str]],
-            nic_of: dict[str, str]) -> list[list[str]]:
-    """One shortest switch path per pair, ECMP choices by a stable hash."""
+            nic_of: dict[str, str], flow: int = 0) -> list[list[str]]:
+    """One shortest switch path per pair for one flow index, ECMP choices by
+    a stable hash of the pair and the flow."""
     nb: dict[str, set[str]] = {}
     for link in doc["links"]:
         nb.setdefault(link["a"], set()).add(link["b"])
@@ -154,7 +166,8 @@ def _routes(doc: dict[str, Any], pairs: list[tuple[str, str, str, str]],
                            and (v in switches or v == nb_))
             if not steps or steps[0] == nb_ or nb_ in steps:
                 break
-            pick = int(hashlib.blake2b(f"{a}|{b}|{u}".encode(), digest_size=4).hexdigest(), 16)
+            key = f"{a}|{b}|{u}" if flow == 0 else f"{a}|{b}|{flow}|{u}"
+            pick = int(hashlib.blake2b(key.encode(), digest_size=4).hexdigest(), 16)
             u = steps[pick % len(steps)]
             path.append(u)
         out.append(path)
@@ -198,24 +211,40 @@ def simulate_probes(topo_doc: dict[str, Any], duration_s: float, faults: list[Pr
     pairs = [(a[0], b[0], a[1], b[1]) for i, a in enumerate(eps) for b in eps[i + 1:]
              if a[2] == b[2] and a[1] != b[1]]
     nic_of = {e: ep[e]["nic"] for e in ep}
-    routes = _routes(topo_doc, pairs, nic_of)
+    nflows = max(1, nz.flows)
+    # routes[flow][pair]: the switch path of that flow of that pair.
+    routes = [_routes(topo_doc, pairs, nic_of, flow) for flow in range(nflows)]
     truth = ProbeTruth(pairs=[(p[0], p[1]) for p in pairs])
     route_links = []
-    for (a, b, _ha, _hb), r in zip(pairs, routes, strict=True):
-        hops = [nic_of[a], *r, nic_of[b]]
-        route_links.append({"~".join(sorted((u, v))) for u, v in zip(hops, hops[1:], strict=False)})
-    hits = []
+    for flow_routes in routes:
+        links_of = []
+        for (a, b, _ha, _hb), r in zip(pairs, flow_routes, strict=True):
+            hops = [nic_of[a], *r, nic_of[b]]
+            links_of.append({"~".join(sorted((u, v))) for u, v in zip(hops, hops[1:], strict=False)})
+        route_links.append(links_of)
+    hits = []  # hits[k][flow][pair]
     for k, f in enumerate(faults):
         if f.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind '{f.kind}'")
-        hit = [_hits(f, a, b, ha, hb, r, lk, ep, nic_host)
-               for (a, b, ha, hb), r, lk in zip(pairs, routes, route_links, strict=True)]
+        hit = [[_hits(f, a, b, ha, hb, r, lk, ep, nic_host)
+                for (a, b, ha, hb), r, lk in zip(pairs, routes[fl], route_links[fl], strict=True)]
+               for fl in range(nflows)]
         hits.append(hit)
-        truth.affected[k] = [(p[0], p[1]) for p, h in zip(pairs, hit, strict=True) if h]
+        truth.affected[k] = [(p[0], p[1]) for i, p in enumerate(pairs)
+                             if any(hit[fl][i] for fl in range(nflows))]
+    switches = [sw["id"] for sw in topo_doc["switches"]]
+    for _ in range(rng.poisson(nz.benign_per_hour * duration_s / 3600) if switches else 0):
+        start = float(rng.uniform(0, duration_s))
+        truth.benign.append({"kind": "congestion", "switch": switches[rng.integers(len(switches))],
+                             "start": t0 + start, "end": t0 + start + float(rng.uniform(3, 19)),
+                             "extra_us": float(rng.uniform(20, 60))})
     n_per = int(duration_s * nz.rate_hz)
     base_t = np.arange(n_per) / nz.rate_hz
     sizes = np.resize(np.asarray(nz.sizes, dtype=np.int64), n_per)
-    cols: dict[str, list[np.ndarray]] = {"ts": [], "rtt": [], "size": [], "pair": [], "keep": []}
+    flow_of = np.arange(n_per) % nflows
+    traced = rng.random((len(pairs), nflows)) < nz.traced_share
+    cols: dict[str, list[np.ndarray]] = {"ts": [], "rtt": [], "size": [], "pair": [], "keep": [],
+                                         "flow": []}
     for pi in range(len(pairs)):
         t = base_t + rng.uniform(0, 1.0 / nz.rate_hz) + rng.normal(0, 0.01 / nz.rate_hz, n_per)
         rtt = rng.uniform(70, 130) * rng.lognormal(0, nz.rtt_sigma, n_per) + sizes * 0.004
@@ -223,10 +252,17 @@ def simulate_probes(topo_doc: dict[str, Any], duration_s: float, faults: list[Pr
         rtt[tail] += rng.exponential(200, int(tail.sum()))
         lost = rng.random(n_per) < nz.healthy_loss
         keep = np.ones(n_per, dtype=bool)
+        for ep_ in truth.benign:
+            crossed = np.array([ep_["switch"] in routes[fl][pi] for fl in range(nflows)])
+            on = crossed[flow_of] & (t0 + t >= ep_["start"]) & (t0 + t < ep_["end"])
+            rtt[on] += ep_["extra_us"]
         for f, hit in zip(faults, hits, strict=True):
-            if f.kind != "spike" and not hit[pi]:
+            by_flow = np.array([hit[fl][pi] for fl in range(nflows)])
+            if f.kind != "spike" and not by_flow.any():
                 continue
             on = (t >= f.start) & (t < f.start + f.duration)
+            if f.kind != "spike":
+                on &= by_flow[flow_of]
             if f.kind == "spike":
                 k = rng.poisson(nz.spikes_per_pair_hour * duration_s / 3600)
                 rtt[rng.integers(0, n_per, k)] += 5000.0
@@ -253,13 +289,17 @@ def simulate_probes(topo_doc: dict[str, Any], duration_s: float, faults: list[Pr
         cols["size"].append(sizes)
         cols["pair"].append(np.full(n_per, pi, dtype=np.int64))
         cols["keep"].append(keep)
+        cols["flow"].append(flow_of)
     keep_all = np.concatenate(cols["keep"])
     pair = np.concatenate(cols["pair"])[keep_all]
     ts = np.concatenate(cols["ts"])[keep_all]
     order = np.argsort(ts, kind="stable")
     names_a = np.array([p[0] for p in pairs], dtype=object)
     names_b = np.array([p[1] for p in pairs], dtype=object)
-    route_str = np.array([">".join(r) for r in routes], dtype=object)
+    # route_str[pair, flow]: the flow's path when it was traced, else null.
+    route_str = np.array([[">".join(routes[fl][pi]) if traced[pi, fl] else None
+                           for fl in range(nflows)] for pi in range(len(pairs))], dtype=object)
+    flow_all = np.concatenate(cols["flow"])[keep_all][order]
     rtt_all = np.concatenate(cols["rtt"])[keep_all][order]
     table = pa.table({
         "ts": pa.array(ts[order], pa.float64()),
@@ -268,6 +308,7 @@ def simulate_probes(topo_doc: dict[str, Any], duration_s: float, faults: list[Pr
         "size": pa.array(np.concatenate(cols["size"])[keep_all][order].astype(np.int32), pa.int32()),
         "rtt_us": pa.array(rtt_all, pa.float64(), mask=np.isnan(rtt_all)),
         "proto": pa.array(["udp"] * len(ts), pa.string()),
-        "route": pa.array(route_str[pair[order]].tolist(), pa.string()),
+        "route": pa.array(route_str[pair[order], flow_all].tolist(), pa.string()),
+        "flow": pa.array(flow_all.astype(np.int32), pa.int32()),
     })
     return table, truth

@@ -81,3 +81,19 @@ def test_fault_localized_to_component_and_layer(tmp_path, case):
     if case == "nic-offload":
         ev = incidents[0]["evidence"]
         assert ev["offloaded_rule"] != ev["switch_rule"]
+
+
+def test_short_congestion_and_partial_routes_raise_nothing(tmp_path):
+    """A healthy hour's worth of benign noise in ten minutes: switches
+    congested 3-19 s (+20-60 us) ten times, spikes, four flows per pair of
+    which some are untraced. None of it is a fault."""
+    healthy = with_overlay(layout_doc(LAY))
+    table, truth = simulate_probes(healthy, 600.0, [], ProbeNoise(benign_per_hour=60.0), seed=5,
+                                   t0=T0)
+    assert len(truth.benign) >= 5
+    routes = table.column("route")
+    assert 0 < routes.null_count < len(routes)
+    assert len(set(table.column("flow").to_pylist())) == 4
+    (tmp_path / "t.json").write_text(json.dumps(healthy))
+    pq.write_table(table, tmp_path / "p.parquet")
+    assert analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"] == []
