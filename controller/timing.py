@@ -173,8 +173,11 @@ def activity_wobble(x: np.ndarray, mask: np.ndarray, it: Iterations, dt: float,
     out = np.zeros_like(c)
     for g in groups:
         sub = c[g]
-        col = np.nanmean(sub, axis=0, keepdims=True)
-        out[g] = np.nan_to_num(sub - col)
+        seen = np.isfinite(sub)
+        # The group's mean per iteration; an iteration none of them moved
+        # bytes in has no centre (and no pace to tell).
+        col = np.where(seen, sub, 0.0).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
+        out[g] = np.where(seen, sub - col[None, :], 0.0)
     return out
 
 
