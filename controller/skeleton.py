@@ -633,11 +633,10 @@ def _network_pairs(chunks: list[np.ndarray], host_of: np.ndarray) -> np.ndarray:
     del p
     keep = host_of[lo] != host_of[hi]
     lo, hi = lo[keep], hi[keep]
-    o = pair_order(lo, hi, int(host_of.shape[0]))
-    lo, hi = lo[o], hi[o]
-    new = np.ones(len(lo), dtype=bool)
-    new[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
-    return np.stack([lo[new], hi[new]], axis=1).astype(np.int64, copy=False)
+    # The chunks are disjoint by construction (DP groups within a stage,
+    # partners across two; each chain step adds each row's pairs once), so
+    # no sort to deduplicate; tests check that no pair repeats.
+    return np.stack([lo, hi], axis=1).astype(np.int64, copy=False)
 
 
 def rail_aligned(topo: Topology, job: str, eps: list[str], why: str) -> Skeleton:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.ndimage import uniform_filter1d
 
 BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's top rate
 COLLECTIVE_LEVEL = 0.05  # an endpoint's sample is collective above this share of its top
@@ -193,13 +194,6 @@ def high_passed(x: np.ndarray, mask: np.ndarray, dt: float, window_s: float = 1.
 
 def running_mean(y: np.ndarray, w: int) -> np.ndarray:
     """Row-wise mean over a window of w samples centred as np.convolve's
-    "same" mode centres it (zeros beyond the ends), by cumulative sums: one
-    pass over all rows instead of a convolution per row."""
-    n = y.shape[1]
-    left, right = w // 2, (w - 1) // 2
-    # Cumulative sums padded so that window i is c[i + w] - c[i]: zeros before
-    # the start, the total after the end.
-    c = np.zeros((y.shape[0], n + 1 + left + right))
-    np.cumsum(y, axis=1, out=c[:, left + 1:left + 1 + n])
-    c[:, left + 1 + n:] = c[:, left + n:left + n + 1]
-    return np.asarray((c[:, w:w + n] - c[:, :n]) / w)
+    "same" mode centres it (zeros beyond the ends): scipy's one-pass filter,
+    in the rows' own dtype, with no cumulative-sum temporaries."""
+    return np.asarray(uniform_filter1d(y, size=w, axis=1, mode="constant"))

@@ -53,6 +53,8 @@ def test_structure_and_full_recall(shape):
     assert not missing, f"{len(missing)} truly communicating pairs missing"
     assert sorted(map(sorted, sk.dp_groups)) == sorted(map(sorted, tr.dp_groups))
     assert [set(s) for s in sk.pp_stages] == [set(s) for s in tr.pp_stages], "stage order"
+    # No pair twice (the pair list is built without a deduplicating sort).
+    assert len(sk.pair_index) == len(sk.pairs)
 
 
 def test_stage_order_is_reduction_order_not_a_guess():
