@@ -121,18 +121,23 @@ class Analyzer:
         self.processed_until = 0.0
 
     # -- input ----------------------------------------------------------------
-    def add_windows(self, windows: Iterable[WindowStats]) -> list[str]:
-        """Queue windows for analysis; return the reasons of those rejected."""
+    def add_windows(self, windows: Iterable[WindowStats], trusted: bool = False,
+                    charts: bool = True) -> list[str]:
+        """Queue windows for analysis; return the reasons of those rejected.
+        `trusted`: computed here from checked records (offline), so not
+        re-validated one by one; `charts`: keep them for the per-pair charts
+        (the web page and PairHistory; a one-shot analysis shows none)."""
         rejected = []
         for w in windows:
-            reason = w.problem()
+            reason = None if trusted else w.problem()
             if reason is None and w.window_end <= self.processed_until:
                 reason = "window arrived after its time was analysed"
             if reason is not None:
                 rejected.append(f"{w.src}->{w.dst}: {reason}")
                 continue
             self._pending[(w.window_start, w.window_end)].append(w)
-            self.history.record((w,))
+            if charts:
+                self.history.record((w,))
         return rejected
 
     def set_agent(self, state: AgentState) -> None:

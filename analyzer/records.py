@@ -128,6 +128,10 @@ def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
         if unknown:
             more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
             raise InputError(f"{p}: column '{name}' names unknown endpoint '{unknown[0]}'{more}")
+    same = src == dst
+    if np.any(same):
+        raise InputError(f"{p}: {int(np.sum(same))} row(s) probe an endpoint from itself "
+                         f"(first: '{src[int(np.argmax(same))]}')")
     bad = np.isfinite(rtt) & (rtt < 0)
     if bad.any():
         raise InputError(f"{p}: column 'rtt_us' has {int(bad.sum())} negative values")

@@ -113,6 +113,12 @@ def test_analyze_truncated_parquet_and_unknown_endpoint(tmp_path, topo_file, top
                  str(out)]) == 2
     assert "unknown endpoint 'ghost/rnic0'" in capsys.readouterr().err
     assert not out.exists()
+    t3 = table.set_column(1, "src", table.column("dst"))
+    pq.write_table(t3, good)
+    assert main(["analyze", "--topology", str(topo_file), "--probes", str(good), "-o",
+                 str(out)]) == 2
+    assert "probe an endpoint from itself" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_long_runs_show_progress_when_asked(tmp_path, topo_file, topo_doc, capsys):
