@@ -134,8 +134,10 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     near_group = (logp < np.log(near_alpha)) & ~done & (now_lost > 0)
     near_rows = np.zeros(len(sent), dtype=bool)
     near_rows[member[near_group[g.codes]]] = True
-    return hit, near_rows & ~hit, Carry(np.where(near_group, now_sent, 0.0),
-                                       np.where(near_group, now_lost, 0.0))
+    # Suspicion accumulates while it lasts (a sequential test); a window
+    # that clears a group drops its carry.
+    return hit, near_rows & ~hit, Carry(np.where(near_group, now_sent + c_sent, 0.0),
+                                       np.where(near_group, now_lost + c_lost, 0.0))
 
 
 @dataclass

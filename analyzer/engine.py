@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
+from scipy import stats as sps
 
 from analyzer.detect import STATS, Detector, DriftReport, Groups, Observation
 from analyzer.history import PairHistory
@@ -37,7 +38,6 @@ OK, FAULT, INCONCLUSIVE = "NETWORK_OK", "NETWORK_FAULT", "INCONCLUSIVE"
 # agent that stopped, a rule the tables show broken or a NIC whose offloaded
 # table disagrees are facts; a link is a vote; an endpoint is a guess.
 MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" credible
-MIN_ROUTE_PROBES = 3  # received probes a route needs before its median counts
 _RANK = {"agent": 5, "vswitch_rule": 4, "nic": 3, "switch": 2, "link": 2, "host": 2,
          "endpoint": 0}
 
@@ -108,8 +108,17 @@ class Analyzer:
         # Latest traced route per pair: (the prober that traced it, route from it).
         self._routes: dict[Pair, tuple[str, str]] = {}
         # This window's probes of each pair by (prober, forward route):
-        # [sent, lost, sum of received-weighted median RTTs, received].
+        # [sent, lost, received-weighted sum of (route median - its row's
+        # median), received, received-weighted sum of the row medians, rows
+        # (sizes) with an RTT on the route, rows where it was slow].
         self._by_route: dict[Pair, dict[tuple[str, str], list[float]]] = {}
+        # Per link, healthy routed probes seen (sent, lost), and the last
+        # window's when it was suspicious: the route-evidence loss test's state.
+        self._link_hist: dict[str, tuple[float, float]] = {}
+        self._link_carry: dict[str, tuple[float, float]] = {}
+        self._route_link_cache: dict[tuple[Pair, str, str], tuple[str, ...]] = {}
+        self._flagged_links: set[str] = set()  # lossy or slow by the per-link tests, this window
+        self._clean: dict[str, tuple[int, float]] = {}  # open incident -> clean windows, since
         self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
         self._silent: set[str] = set()
         self.overlay = OverlayTables(topo)
@@ -181,6 +190,14 @@ class Analyzer:
         """Analyse everything pending (offline: the recording is complete)."""
         return self.tick(float("inf"), progress)
 
+    def _spread(self, pair: Pair) -> dict[str, float]:
+        """Links the pair's shortest paths cross, each weighted by the share
+        of ECMP paths through it (1 for those every path crosses)."""
+        a, b = pair
+        if a not in self.topo.endpoints or b not in self.topo.endpoints:
+            return {}
+        return self.paths.weighted_links(self.topo.endpoints[a].nic, self.topo.endpoints[b].nic)
+
     def _candidates(self, pair: Pair) -> dict[str, float]:
         """Links the pair may cross (cached: the topology is fixed). A probe
         goes and returns: the traced route is the going half, crossed for
@@ -215,28 +232,125 @@ class Analyzer:
         ok = np.flatnonzero((slow > 0) & (slow == rows) & (got >= MIN_SUSTAINED_PROBES))
         return {self._pairs[int(i)] for i in ok}
 
-    def _slow_routes(self) -> dict[Pair, dict[str, float]]:
-        """Pairs whose probes on one forward route are slower than on its
-        other routes of the same length by a real amount: a fault on one of
-        a pair's ECMP paths slows only the flows hashed onto it, which moves
-        the window's median little (a quarter of the probes) but shows in
-        full between its routes, with no history needed."""
-        out: dict[Pair, dict[str, float]] = {}
+    def _route_links(self, pair: Pair, src: str, route: str) -> tuple[str, ...]:
+        got = self._route_link_cache.get((pair, src, route))
+        if got is None:
+            a, b = pair
+            na, nb = self.topo.endpoints[a].nic, self.topo.endpoints[b].nic
+            links = self.paths.route_links(*((nb, na) if src == b else (na, nb)),
+                                           route.split(">"))
+            got = tuple(k for k in links if k in self.topo.links)
+            self._route_link_cache[(pair, src, route)] = got
+        return got
+
+    def _lossy_links(self, tests: int, known: set[Pair], gone: set[str]
+                     ) -> dict[Pair, dict[str, list[int]]]:
+        """Loss per link from every routed probe that crossed it, lost ones
+        included (a lost probe's route is its flow's): a link that loses a
+        little of every flow through it is significant here long before any
+        pair's own share is, since each pair sends only some of its flows
+        through it. Each link's rate is tested against its own healthy
+        history (floor `loss_baseline`); a suspicious link is re-tested with
+        the next window's probes added, like the pooled groups. Returns the
+        pairs whose lost probes crossed a lossy link, with that evidence.
+        Pairs already anomalous (`known`) or touching a stopped agent (`gone`)
+        are left out: their losses are explained, and would make every link
+        on their routes look lossy to the pairs beside them."""
+        cfg = self.cfg
+        sent: dict[str, float] = defaultdict(float)
+        lost: dict[str, float] = defaultdict(float)
+        losers: dict[str, set[Pair]] = defaultdict(set)
         for pair, ev in self._by_route.items():
-            med: dict[str, float] = {}
-            for (_src, route), v in ev.items():
-                if v[3] >= MIN_ROUTE_PROBES:
-                    med[route] = v[2] / v[3]
-            by_len: dict[int, dict[str, float]] = defaultdict(dict)
-            for route, m in med.items():
-                by_len[route.count(">")][route] = m
-            for same in by_len.values():
-                if len(same) < 2:
+            if (pair in known or pair[0] in gone or pair[1] in gone
+                    or pair[0] not in self.topo.endpoints or pair[1] not in self.topo.endpoints):
+                continue
+            for (src, route), v in ev.items():
+                for link in self._route_links(pair, src, route):
+                    sent[link] += v[0]
+                    lost[link] += v[1]
+                    if v[1] > 0:
+                        losers[link].add(pair)
+        if not sent:
+            return {}
+        links = list(sent)
+        s = np.array([sent[k] for k in links]) + np.array(
+            [self._link_carry.get(k, (0.0, 0.0))[0] for k in links])
+        n = np.array([lost[k] for k in links]) + np.array(
+            [self._link_carry.get(k, (0.0, 0.0))[1] for k in links])
+        hs = np.array([self._link_hist.get(k, (0.0, 0.0))[0] for k in links])
+        hl = np.array([self._link_hist.get(k, (0.0, 0.0))[1] for k in links])
+        prior = 10_000.0
+        rate = np.maximum(cfg.loss_baseline, (hl + cfg.loss_baseline * prior) / (hs + prior))
+        logp = np.where(n >= cfg.loss_min_lost,
+                        sps.poisson.logsf(n - 1, np.maximum(s * rate, 1e-12)), 0.0)
+        alpha = cfg.loss_alpha / max(1, tests + len(links))
+        out: dict[Pair, dict[str, list[int]]] = {}
+        self._link_carry = {}
+        for k, link in enumerate(links):
+            if logp[k] < np.log(alpha):
+                self._flagged_links.add(link)
+                for pair in losers[link]:
+                    out.setdefault(pair, {})[link] = [int(s[k]), int(n[k])]
+            elif logp[k] < np.log(cfg.loss_near_alpha):
+                self._link_carry[link] = (float(s[k]), float(n[k]))  # evidence accumulates
+            else:  # healthy: part of the link's own history
+                h = self._link_hist.get(link, (0.0, 0.0))
+                self._link_hist[link] = (h[0] + sent[link], h[1] + lost[link])
+        return out
+
+    def _route_clears(self, healthy: set[Pair]) -> dict[str, int]:
+        """Healthy pairs per link from their routed probes this window: a
+        link a pair's probes crossed without loss speaks for it. Links the
+        per-link tests found lossy or slow this window are not cleared: a
+        link losing 2 % of its probes carries many that arrive."""
+        out: dict[str, set[Pair]] = defaultdict(set)
+        for pair in healthy:
+            ev = self._by_route.get(pair)
+            if not ev or pair[0] not in self.topo.endpoints or pair[1] not in self.topo.endpoints:
+                continue
+            for (src, route), v in ev.items():
+                if v[1] == 0 and not _route_is_slow(v):
+                    for link in self._route_links(pair, src, route):
+                        out[link].add(pair)
+        return {k: len(ps) for k, ps in out.items() if k not in self._flagged_links}
+
+    def _slow_routes(self) -> dict[Pair, dict[str, object]]:
+        """Pairs slowed on one of their forward routes by a slow link. A
+        fault on one of a pair's ECMP paths slows only the flows hashed onto
+        it, which moves the window's median little (a quarter of the probes)
+        but shows in full between its routes, with no history needed. A
+        route is slow when most size rows that saw it found it slower than
+        their median by a real amount (one spike is one row); a link is slow
+        when at least two pairs, and half of the pairs whose routes cross it,
+        find their route through it slow (per-link evidence from every probe
+        that crossed it: one pair's bad luck is not a link)."""
+        crossing: dict[str, set[Pair]] = defaultdict(set)
+        slow_on: dict[str, set[Pair]] = defaultdict(set)
+        slow_routes: dict[Pair, list[tuple[str, str]]] = defaultdict(list)
+        for pair, ev in self._by_route.items():
+            if pair[0] not in self.topo.endpoints or pair[1] not in self.topo.endpoints:
+                continue
+            for (src, route), v in ev.items():
+                if v[5] < 2:
                     continue
-                floor = min(same.values())
-                need = max(self.cfg.latency_min_shift_us, self.cfg.latency_rel_shift * floor)
-                if max(same.values()) - floor >= need:
-                    out[pair] = {r: round(m, 1) for r, m in same.items()}
+                slow = _route_is_slow(v)
+                if slow:
+                    slow_routes[pair].append((src, route))
+                for link in self._route_links(pair, src, route):
+                    crossing[link].add(pair)
+                    if slow:
+                        slow_on[link].add(pair)
+        bad = {k for k, ps in slow_on.items()
+               if len(ps) >= 2 and 2 * len(ps) >= len(crossing[k])}
+        self._flagged_links |= bad
+        out: dict[Pair, dict[str, object]] = {}
+        for pair, routes in slow_routes.items():
+            links = sorted({k for src, r in routes for k in self._route_links(pair, src, r)} & bad)
+            if links:
+                ev = self._by_route[pair]
+                out[pair] = {"slow_links": links,
+                             "route_excess_us": {r: round(v[2] / v[3], 1)
+                                                 for (_s, r), v in ev.items() if v[3]}}
         return out
 
     def _route_candidates(self, pair: Pair, symptom: str) -> dict[str, float]:
@@ -255,15 +369,9 @@ class Analyzer:
             lost = sum(v[1] for v in ev.values())
             share = {k: v[1] / lost for k, v in ev.items() if v[1] > 0} if lost else {}
         else:
-            med = {k: v[2] / v[3] for k, v in ev.items() if v[3] > 0}
-            if len(med) > 1:
-                floor = min(med.values())
-                excess = {k: m - floor for k, m in med.items()}
-                top = max(excess.values())
-                if top >= self.cfg.latency_min_shift_us:
-                    slow = {k: ev[k][0] for k, x in excess.items() if x >= top / 2}
-                    total = sum(slow.values())
-                    share = {k: n / total for k, n in slow.items()}
+            slow = {k: v[0] for k, v in ev.items() if _route_is_slow(v)}
+            total = sum(slow.values())
+            share = {k: n / total for k, n in slow.items()} if total else {}
         if not share:
             return self._candidates(pair)
         na, nb = self.topo.endpoints[a].nic, self.topo.endpoints[b].nic
@@ -300,18 +408,27 @@ class Analyzer:
 
     def _note_routes(self, windows: Iterable[WindowStats]) -> None:
         self._by_route = {}
+        self._flagged_links = set()
         for w in windows:
             if w.route:
                 self._routes[pair_key(w.src, w.dst)] = (w.src, w.route)
             if w.routes:
                 per = self._by_route.setdefault(pair_key(w.src, w.dst), {})
+                level = w.rtt_median
+                need = max(self.cfg.latency_min_shift_us, self.cfg.latency_rel_shift * level)
                 for r in w.routes:
-                    v = per.setdefault((w.src, r.route), [0.0, 0.0, 0.0, 0.0])
+                    v = per.setdefault((w.src, r.route), [0.0] * 7)
                     v[0] += r.sent
                     v[1] += r.lost
-                    if r.sent > r.lost and math.isfinite(r.rtt_median):
-                        v[2] += r.rtt_median * (r.sent - r.lost)
-                        v[3] += r.sent - r.lost
+                    if r.sent > r.lost and math.isfinite(r.rtt_median) and math.isfinite(level):
+                        # Against its own row's median: sizes differ in RTT, and
+                        # a route may carry more of one size than another.
+                        n = r.sent - r.lost
+                        v[2] += (r.rtt_median - level) * n
+                        v[3] += n
+                        v[4] += level * n
+                        v[5] += 1  # rows (sizes) that saw this route
+                        v[6] += r.rtt_median - level >= need  # ... and found it slow
 
     def process(self, start: float, end: float, windows: Sequence[WindowStats]) -> list[Incident]:
         metrics.WINDOWS_ANALYZED.inc(len(windows))
@@ -345,10 +462,16 @@ class Analyzer:
                 anomalous[pair] = symptom
                 evidence[pair] = {f"size_{windows[i].size}": _window_evidence(windows[i], obs, i)
                                   for i in idx}
-        for pair, ev in self._slow_routes().items():
+        gone = self.dead | self._silent
+        for pair, ev in self._lossy_links(len(windows), set(anomalous), gone).items():
+            if pair not in anomalous:
+                anomalous[pair] = "loss"
+                evidence[pair] = {"lossy_links": ev}
+                bad_pairs = np.union1d(bad_pairs, [self._pair_id[pair]])
+        for pair, slow in self._slow_routes().items():
             if pair not in anomalous:
                 anomalous[pair] = "latency"
-                evidence[pair] = {"routes": ev}
+                evidence[pair] = {"routes": slow}
                 bad_pairs = np.union1d(bad_pairs, [self._pair_id[pair]])
         seen_ids = unique(pid)
         self._seen.append(_Seen(start, end, seen_ids, {int(x) for x in bad_pairs}))
@@ -357,8 +480,10 @@ class Analyzer:
             healthy = {self._pairs[i]
                        for i in np.setdiff1d(seen_ids, bad_pairs, assume_unique=True).tolist()}
             healthy_rows = np.flatnonzero(~np.isin(pid, bad_pairs))
-            findings = self._localize(anomalous, healthy,
-                                      self._link_clears(groups, pid, healthy_rows))
+            clears = self._link_clears(groups, pid, healthy_rows)
+            for link, n in self._route_clears(healthy).items():
+                clears[link] = max(clears.get(link, 0), n)
+            findings = self._localize(anomalous, healthy, clears)
             strong = self._strong_pairs(pid, obs.sustained, sent - lost)
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
@@ -390,8 +515,10 @@ class Analyzer:
                 self._by_endpoint[pair[0]].add(pair)
                 self._by_endpoint[pair[1]].add(pair)
             new_pid[k] = p_id
+            # Pooled and cleared only on links every path of the pair crosses:
+            # a traced route is one flow's path, not all of the pair's probes.
             for g in [("pair", *pair)] + [("link", link, "") for link, wt in
-                                          self._candidates(pair).items() if wt >= 1.0]:
+                                          self._spread(pair).items() if wt >= 1.0]:
                 code = gid.get(g)
                 if code is None:
                     code = gid[g] = len(gid)
@@ -497,7 +624,10 @@ class Analyzer:
             # A window slow for most of its length is persistence enough on its own.
             count += 2 if f.symptom == "latency" and any(p in strong for p in f.pairs) else 1
             streaks[key] = (count, first)
-            if count < persist(f.symptom) and key not in open_map:
+            # A finding nothing explains (an endpoint guess) is weak evidence:
+            # it must hold a window longer than what it guesses about.
+            need = persist(f.symptom) + (1 if f.component.type == "endpoint" else 0)
+            if count < need and key not in open_map:
                 continue
             ev = dict(f.evidence)
             ev["windows"] = {f"{a}|{b}": evidence.get((a, b), {}) for a, b in f.pairs[:20]}
@@ -522,12 +652,21 @@ class Analyzer:
             del streaks[key]
         for key, inc_id in list(open_map.items()):
             if key in seen_keys:
+                self._clean.pop(inc_id, None)
                 continue
             inc = self.incidents[inc_id]
             seen = [p for p in inc.pairs if p in observed]
             if seen and not any(p in anomalous for p in inc.pairs):
-                inc.end = start
+                # Closed after close_windows clean windows in a row: a weak
+                # fault (a link losing 2 % of a few flows) skips windows.
+                first_clean = self._clean.setdefault(inc_id, (0, start))
+                n = first_clean[0] + 1
+                self._clean[inc_id] = (n, first_clean[1])
+                if n < self.cfg.close_windows:
+                    continue
+                inc.end = first_clean[1]
                 del open_map[key]
+                self._clean.pop(inc_id, None)
                 changed.append(inc)
                 log.warning("incident %s closed", inc.id)
         return changed
@@ -545,7 +684,30 @@ class Analyzer:
             n = sum(1 for p in theirs if p in mine)
             if n and 2 * n >= min(len(mine), len(theirs)) and n > best_n:
                 best, best_n = k, n
+        if best is None and f.component.type in ("link", "switch"):
+            # An open guess about pairs that mostly may cross this component:
+            # the same fault, now located.
+            for k, inc_id in open_map.items():
+                theirs = self.incidents[inc_id].pairs
+                if k[0] == "endpoint" and theirs:
+                    n = sum(1 for p in theirs if self._may_cross(p, key))
+                    if 2 * n >= len(theirs) and n > best_n:
+                        best, best_n = k, n
+        if best is None and f.component.type == "endpoint":
+            # Pairs nothing explained, most of which may cross an open
+            # link's or switch's incident: that fault's unrouted victims.
+            for k in open_map:
+                if k[0] in ("link", "switch"):
+                    n = sum(1 for p in f.pairs if self._may_cross(p, k))
+                    if 2 * n >= len(f.pairs) and n > best_n:
+                        best, best_n = k, n
         return best
+
+    def _may_cross(self, pair: Pair, component: tuple[str, str]) -> bool:
+        links = self._spread(pair)
+        if component[0] == "link":
+            return component[1] in links
+        return any(component[1] in self.topo.links.get(k, ()) for k in links)
 
     # -- queries --------------------------------------------------------------
     def list_incidents(self, open_only: bool = False, since: float = 0.0) -> list[Incident]:
@@ -675,6 +837,11 @@ class Analyzer:
 
 
 _STATS_OF = attrgetter(*STATS)
+
+
+def _route_is_slow(v: list[float]) -> bool:
+    """Most size rows that saw the route (two at least) found it slow."""
+    return v[6] >= 2 and v[6] >= 0.75 * v[5]
 
 
 def _overall(verdicts: list[PairVerdict]) -> str:

@@ -69,6 +69,8 @@ class AnalyzerConfig:
     loss_near_alpha: float = 0.01      # loss this suspicious (uncorrected p) stays out of the
     #                                    baseline, and a link's is re-tested with the next window
     persist_windows: int = 1           # lossy windows in a row before an incident opens
+    close_windows: int = 4             # clean windows in a row before an incident closes
+    #                                    (it ends where the clean run began)
     latency_persist_windows: int = 3   # slow windows in a row (one slow for 3/4 of it counts
     #                                    as two): a congestion burst under 20 s is not a fault
     lof_neighbors: int = 5             # k of the Local Outlier Factor
