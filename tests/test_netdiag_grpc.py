@@ -82,7 +82,8 @@ def test_diagnose_watch_and_list(stack, topo_doc, capsys):
     # The feed subscription is asynchronous: wait until the analyzer knows the agent.
     wait_for(lambda: c0["endpoints"][0]["id"] in ana.engine.known_endpoints, 10, "feed")
 
-    t = (time.time() // 10) * 10
+    # Far enough back that the clean windows closing the incident are past too.
+    t = (time.time() // 10) * 10 - 10 * ana.engine.cfg.close_windows
     bad = (c0["endpoints"][0]["id"], topo_doc["containers"][2]["endpoints"][0]["id"])
     _report(ctl, c0["id"], _windows(topo_doc, t - 40) + _windows(topo_doc, t - 30, lossy={bad}))
     opened = events.get(timeout=10)
@@ -142,7 +143,9 @@ def test_diagnose_watch_and_list(stack, topo_doc, capsys):
     finally:
         web.stop()
 
-    _report(ctl, c0["id"], _windows(topo_doc, t - 20))
+    # Recovery: close_windows clean windows in a row close it, ending at the first.
+    _report(ctl, c0["id"], [w for k in range(ana.engine.cfg.close_windows)
+                            for w in _windows(topo_doc, t - 20 + 10 * k)])
     closed = events.get(timeout=10)
     assert closed.id == opened.id and closed.end == t - 20
     listed = nd.ListIncidents(dpb.ListIncidentsRequest())
@@ -189,7 +192,8 @@ def test_example_client_names_the_component(stack, topo_doc):
     _register_first(ctl, topo_doc)
     ctl.Heartbeat(pb.HeartbeatRequest(container=c0["id"], ready=True))
     wait_for(lambda: c0["endpoints"][0]["id"] in ana.engine.known_endpoints, 10, "feed")
-    t = (time.time() // 10) * 10
+    # Far enough back that the clean windows closing the incident are past too.
+    t = (time.time() // 10) * 10 - 10 * ana.engine.cfg.close_windows
     bad = (c0["endpoints"][0]["id"], topo_doc["containers"][2]["endpoints"][0]["id"])
     _report(ctl, c0["id"], _windows(topo_doc, t - 40) + _windows(topo_doc, t - 30, lossy={bad}))
     wait_for(lambda: nd.ListIncidents(dpb.ListIncidentsRequest()).incidents, 10, "an incident")
