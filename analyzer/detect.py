@@ -43,12 +43,30 @@ class Groups:
     count: int
 
 
+PRIOR_PROBES = 10_000.0  # pseudo-probes at the floor rate a loss baseline starts from
+
+
+def healthy_rate(hist_sent: np.ndarray, hist_lost: np.ndarray, floor: float,
+                 prior_probes: float = PRIOR_PROBES) -> np.ndarray:
+    """A loss baseline learned from healthy history: `prior_probes`
+    pseudo-probes at the floor, then what was seen; never below the floor."""
+    return np.asarray(np.maximum(floor, (hist_lost + floor * prior_probes)
+                                 / (hist_sent + prior_probes)))
+
+
+def loss_logp(lost: np.ndarray, expected: np.ndarray, min_lost: int) -> np.ndarray:
+    """log P(at least `lost` | Poisson(`expected`)); 0 (no evidence) below
+    `min_lost` losses."""
+    return np.asarray(np.where(lost >= min_lost,
+                               sps.poisson.logsf(lost - 1, np.maximum(expected, 1e-12)), 0.0))
+
+
 @dataclass
 class Carry:
-    """Per loss group, the previous window's probes when that window's loss
-    was suspicious but not yet significant: the next window is tested with
-    them added (a two-window sequential test), so a slow loss is found in two
-    windows rather than never."""
+    """Per loss group, the probes of the windows its loss has been
+    suspicious but not yet significant in: the next window is tested with
+    them added (a sequential test), so a slow loss builds up to significance
+    instead of being judged one window at a time."""
 
     sent: np.ndarray
     lost: np.ndarray
@@ -61,32 +79,36 @@ class Carry:
 def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
                 hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
                 max_groups: int = 64,
-                prior_probes: float = 10_000.0) -> np.ndarray:
+                prior_probes: float = PRIOR_PROBES) -> np.ndarray:
+    """Rows hit by a significant pooled loss (see pooled_loss_carried), with
+    no carry."""
     return pooled_loss_carried(g, sent, lost, hist_sent, hist_lost, floor, alpha, min_lost,
                                max_groups, prior_probes)[0]
 
 
 def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
                         hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
-                        max_groups: int = 64, prior_probes: float = 10_000.0,
+                        max_groups: int = 64, prior_probes: float = PRIOR_PROBES,
                         carry: Carry | None = None, near_alpha: float = 0.0
                         ) -> tuple[np.ndarray, np.ndarray, Carry]:
     """(rows hit, rows in suspicious groups, the carry for the next window).
-    A group is suspicious when its loss, with the carried window added, has
-    p < near_alpha without being significant: its rows stay out of the
-    healthy history (a slow loss must not teach the baseline the fault) and
-    its probes are carried to the next window's test."""
-    """Rows with losses in a group whose pooled loss is significant. 1 % loss
+
+    Rows with losses in a group whose pooled loss is significant. 1 % loss
     is a few probes per pair-window, lost in the noise; over the tens of pairs
     crossing one link it is hundreds (Poisson test of the summed losses
     against the group's own healthy loss rate, which starts at the floor as
     `prior_probes` pseudo-probes and learns from history). Groups are taken
     most significant first and their rows explained away, so a lossy link
-    does not also make every other link its pairs cross look lossy."""
+    does not also make every other link its pairs cross look lossy.
+
+    A group is suspicious when its unexplained loss, with the carry added,
+    has p < near_alpha without being significant: its rows stay out of the
+    healthy history (a slow loss must not teach the baseline the fault) and
+    its probes are carried to the next window's test."""
     member = np.repeat(np.arange(len(sent)), np.diff(g.indptr))
     h_sent = np.bincount(g.codes, weights=hist_sent[member], minlength=g.count)
     h_lost = np.bincount(g.codes, weights=hist_lost[member], minlength=g.count)
-    rate = np.maximum(floor, (h_lost + floor * prior_probes) / (h_sent + prior_probes))
+    rate = healthy_rate(h_sent, h_lost, floor, prior_probes)
     sent_w = sent.astype(np.float64)
     lost_w = lost.astype(np.float64).copy()
     hit = np.zeros(len(sent), dtype=bool)
@@ -99,8 +121,8 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     for _ in range(max_groups):
         exp = (np.bincount(g.codes, weights=sent_w[member], minlength=g.count) + c_sent) * rate
         tot = np.bincount(g.codes, weights=lost_w[member], minlength=g.count) + c_lost
-        mu = np.maximum(exp, 1e-12)
-        logp = np.where(tot >= min_lost, sps.poisson.logsf(tot - 1, mu), 0.0)
+        mu = np.maximum(exp, 1e-12)  # the likelihood ratio below needs it floored too
+        logp = loss_logp(tot, mu, min_lost)
         significant = logp < np.log(alpha)
         if not significant.any():
             break
@@ -128,9 +150,7 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     # What is left unexplained, with the carried window: suspicious groups.
     now_sent = np.bincount(g.codes, weights=sent_w[member], minlength=g.count)
     now_lost = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
-    tot = now_lost + c_lost
-    mu = np.maximum((now_sent + c_sent) * rate, 1e-12)
-    logp = np.where(tot >= min_lost, sps.poisson.logsf(tot - 1, mu), 0.0)
+    logp = loss_logp(now_lost + c_lost, (now_sent + c_sent) * rate, min_lost)
     near_group = (logp < np.log(near_alpha)) & ~done & (now_lost > 0)
     near_rows = np.zeros(len(sent), dtype=bool)
     near_rows[member[near_group[g.codes]]] = True
@@ -182,7 +202,7 @@ class Detector:
         self.pn = np.zeros(0, dtype=np.int64)
         self.ref_mu = np.zeros(0)
         self.ref_sigma = np.zeros(0)
-        self.carry: Carry | None = None  # suspicious loss groups' last window
+        self.carry: Carry | None = None  # suspicious loss groups' probes so far
 
     # -- rows -----------------------------------------------------------------
     def rows_for(self, keys: list[RowKey]) -> np.ndarray:
