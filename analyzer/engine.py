@@ -16,9 +16,16 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
-from scipy import stats as sps
 
-from analyzer.detect import STATS, Detector, DriftReport, Groups, Observation
+from analyzer.detect import (
+    STATS,
+    Detector,
+    DriftReport,
+    Groups,
+    Observation,
+    healthy_rate,
+    loss_logp,
+)
 from analyzer.history import PairHistory
 from analyzer.localize import Finding, Pair, localize, worst_symptom
 from analyzer.overlay import OverlayTables
@@ -34,10 +41,10 @@ log = logging.getLogger(__name__)
 DEFAULT_RANGE_S = 300.0
 
 OK, FAULT, INCONCLUSIVE = "NETWORK_OK", "NETWORK_FAULT", "INCONCLUSIVE"
+MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" credible
 # How certain a component type is, when two findings name the same pairs: an
 # agent that stopped, a rule the tables show broken or a NIC whose offloaded
 # table disagrees are facts; a link is a vote; an endpoint is a guess.
-MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" credible
 _RANK = {"agent": 5, "vswitch_rule": 4, "nic": 3, "switch": 2, "link": 2, "host": 2,
          "endpoint": 0}
 
@@ -116,7 +123,7 @@ class Analyzer:
         # window's when it was suspicious: the route-evidence loss test's state.
         self._link_hist: dict[str, tuple[float, float]] = {}
         self._link_carry: dict[str, tuple[float, float]] = {}
-        self._route_link_cache: dict[tuple[Pair, str, str], tuple[str, ...]] = {}
+        self._route_link_cache: dict[tuple[Pair, str, str], tuple[tuple[str, ...], bool]] = {}
         self._flagged_links: set[str] = set()  # lossy or slow by the per-link tests, this window
         self._clean: dict[str, tuple[int, float]] = {}  # open incident -> clean windows, since
         self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
@@ -210,14 +217,10 @@ class Analyzer:
             if a not in self.topo.endpoints or b not in self.topo.endpoints:
                 got = {}
             else:
-                na, nb = self.topo.endpoints[a].nic, self.topo.endpoints[b].nic
-                got = self.paths.weighted_links(na, nb)
-                # The route runs from the endpoint that traced it, which may be
-                # either end of the (sorted) pair.
-                hops = route.split(">") if route else []
-                traced = self.paths.route_links(*((nb, na) if src == b else (na, nb)), hops)
-                if hops and all(link in self.topo.links for link in traced):
-                    got = {**got, **traced}
+                got = self._spread(pair)
+                links, complete = self._route_links(pair, src, route) if route else ((), False)
+                if complete:
+                    got = {**got, **dict.fromkeys(links, 1.0)}
             self._cand_cache[(pair, src, route)] = got
         return got
 
@@ -232,15 +235,18 @@ class Analyzer:
         ok = np.flatnonzero((slow > 0) & (slow == rows) & (got >= MIN_SUSTAINED_PROBES))
         return {self._pairs[int(i)] for i in ok}
 
-    def _route_links(self, pair: Pair, src: str, route: str) -> tuple[str, ...]:
+    def _route_links(self, pair: Pair, src: str, route: str) -> tuple[tuple[str, ...], bool]:
+        """(the links of a forward route the topology knows, whether it knows
+        them all). The route runs from the endpoint that traced it, which may
+        be either end of the (sorted) pair."""
         got = self._route_link_cache.get((pair, src, route))
         if got is None:
             a, b = pair
             na, nb = self.topo.endpoints[a].nic, self.topo.endpoints[b].nic
             links = self.paths.route_links(*((nb, na) if src == b else (na, nb)),
                                            route.split(">"))
-            got = tuple(k for k in links if k in self.topo.links)
-            self._route_link_cache[(pair, src, route)] = got
+            known = tuple(k for k in links if k in self.topo.links)
+            got = self._route_link_cache[(pair, src, route)] = (known, len(known) == len(links))
         return got
 
     def _lossy_links(self, tests: int, known: set[Pair], gone: set[str]
@@ -261,11 +267,10 @@ class Analyzer:
         lost: dict[str, float] = defaultdict(float)
         losers: dict[str, set[Pair]] = defaultdict(set)
         for pair, ev in self._by_route.items():
-            if (pair in known or pair[0] in gone or pair[1] in gone
-                    or pair[0] not in self.topo.endpoints or pair[1] not in self.topo.endpoints):
+            if pair in known or pair[0] in gone or pair[1] in gone:
                 continue
             for (src, route), v in ev.items():
-                for link in self._route_links(pair, src, route):
+                for link in self._route_links(pair, src, route)[0]:
                     sent[link] += v[0]
                     lost[link] += v[1]
                     if v[1] > 0:
@@ -279,10 +284,7 @@ class Analyzer:
             [self._link_carry.get(k, (0.0, 0.0))[1] for k in links])
         hs = np.array([self._link_hist.get(k, (0.0, 0.0))[0] for k in links])
         hl = np.array([self._link_hist.get(k, (0.0, 0.0))[1] for k in links])
-        prior = 10_000.0
-        rate = np.maximum(cfg.loss_baseline, (hl + cfg.loss_baseline * prior) / (hs + prior))
-        logp = np.where(n >= cfg.loss_min_lost,
-                        sps.poisson.logsf(n - 1, np.maximum(s * rate, 1e-12)), 0.0)
+        logp = loss_logp(n, s * healthy_rate(hs, hl, cfg.loss_baseline), cfg.loss_min_lost)
         alpha = cfg.loss_alpha / max(1, tests + len(links))
         out: dict[Pair, dict[str, list[int]]] = {}
         self._link_carry = {}
@@ -305,12 +307,9 @@ class Analyzer:
         link losing 2 % of its probes carries many that arrive."""
         out: dict[str, set[Pair]] = defaultdict(set)
         for pair in healthy:
-            ev = self._by_route.get(pair)
-            if not ev or pair[0] not in self.topo.endpoints or pair[1] not in self.topo.endpoints:
-                continue
-            for (src, route), v in ev.items():
+            for (src, route), v in self._by_route.get(pair, {}).items():
                 if v[1] == 0 and not _route_is_slow(v):
-                    for link in self._route_links(pair, src, route):
+                    for link in self._route_links(pair, src, route)[0]:
                         out[link].add(pair)
         return {k: len(ps) for k, ps in out.items() if k not in self._flagged_links}
 
@@ -328,15 +327,13 @@ class Analyzer:
         slow_on: dict[str, set[Pair]] = defaultdict(set)
         slow_routes: dict[Pair, list[tuple[str, str]]] = defaultdict(list)
         for pair, ev in self._by_route.items():
-            if pair[0] not in self.topo.endpoints or pair[1] not in self.topo.endpoints:
-                continue
             for (src, route), v in ev.items():
                 if v[5] < 2:
                     continue
                 slow = _route_is_slow(v)
                 if slow:
                     slow_routes[pair].append((src, route))
-                for link in self._route_links(pair, src, route):
+                for link in self._route_links(pair, src, route)[0]:
                     crossing[link].add(pair)
                     if slow:
                         slow_on[link].add(pair)
@@ -345,7 +342,8 @@ class Analyzer:
         self._flagged_links |= bad
         out: dict[Pair, dict[str, object]] = {}
         for pair, routes in slow_routes.items():
-            links = sorted({k for src, r in routes for k in self._route_links(pair, src, r)} & bad)
+            links = sorted({k for src, r in routes for k in self._route_links(pair, src, r)[0]}
+                           & bad)
             if links:
                 ev = self._by_route[pair]
                 out[pair] = {"slow_links": links,
@@ -361,8 +359,7 @@ class Analyzer:
         get none (per-flow blame, as in 007: Arzani et al., NSDI 2018).
         Without routed evidence the pair's possible paths share the vote."""
         ev = self._by_route.get(pair)
-        a, b = pair
-        if not ev or a not in self.topo.endpoints or b not in self.topo.endpoints:
+        if not ev:
             return self._candidates(pair)
         share: dict[tuple[str, str], float] = {}
         if symptom in ("loss", "unreachable"):
@@ -374,11 +371,10 @@ class Analyzer:
             share = {k: n / total for k, n in slow.items()} if total else {}
         if not share:
             return self._candidates(pair)
-        na, nb = self.topo.endpoints[a].nic, self.topo.endpoints[b].nic
         got: dict[str, float] = defaultdict(float)
         for (src, route), w in share.items():
-            links = self.paths.route_links(*((nb, na) if src == b else (na, nb)), route.split(">"))
-            if not all(link in self.topo.links for link in links):
+            links, complete = self._route_links(pair, src, route)
+            if not complete:
                 return self._candidates(pair)
             for link in links:
                 got[link] += w
@@ -412,7 +408,8 @@ class Analyzer:
         for w in windows:
             if w.route:
                 self._routes[pair_key(w.src, w.dst)] = (w.src, w.route)
-            if w.routes:
+            # Only pairs the topology knows: their routes can be put on links.
+            if w.routes and w.src in self.topo.endpoints and w.dst in self.topo.endpoints:
                 per = self._by_route.setdefault(pair_key(w.src, w.dst), {})
                 level = w.rtt_median
                 need = max(self.cfg.latency_min_shift_us, self.cfg.latency_rel_shift * level)
@@ -707,7 +704,7 @@ class Analyzer:
         links = self._spread(pair)
         if component[0] == "link":
             return component[1] in links
-        return any(component[1] in self.topo.links.get(k, ()) for k in links)
+        return any(component[1] in self._switches_of(k) for k in links)
 
     # -- queries --------------------------------------------------------------
     def list_incidents(self, open_only: bool = False, since: float = 0.0) -> list[Incident]:
