@@ -29,6 +29,21 @@ def group_quantiles(values: np.ndarray, starts: np.ndarray, counts: np.ndarray,
     return np.asarray(a + (b - a) * frac, dtype=np.float64)
 
 
+def received_by_group(group: np.ndarray, rtt: np.ndarray, g: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sent and received per group, the received RTTs sorted by (group,
+    RTT) with their groups, each group's first index among them): what the
+    order statistics of every group at once need."""
+    sent = np.bincount(group, minlength=g)
+    ok = np.isfinite(rtt)
+    received = np.bincount(group[ok], minlength=g)
+    gr, rt = group[ok], rtt[ok]
+    order = np.lexsort((rt, gr))
+    starts = np.zeros(g, dtype=np.int64)
+    starts[1:] = np.cumsum(received)[:-1]
+    return sent, received, gr[order], rt[order], starts
+
+
 def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowStats]:
     n = len(rec)
     if n == 0:
@@ -40,15 +55,7 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
     keys = np.stack([widx, src_code, dst_code, rec.size, proto_code], axis=1)
     uniq, group = unique_rows_inverse(keys)
     g = len(uniq)
-    sent = np.bincount(group, minlength=g)
-    ok = np.isfinite(rec.rtt_us)
-    received = np.bincount(group[ok], minlength=g)
-    # Sort received RTTs by (group, rtt) for the order statistics.
-    gr, rt = group[ok], rec.rtt_us[ok]
-    order = np.lexsort((rt, gr))
-    gr, rt = gr[order], rt[order]
-    starts = np.zeros(g, dtype=np.int64)
-    starts[1:] = np.cumsum(received)[:-1]
+    sent, received, gr, rt, starts = received_by_group(group, rec.rtt_us, g)
     has = received > 0
     safe_counts = np.maximum(received, 1)
     safe_starts = np.where(has, starts, 0)
@@ -100,17 +107,11 @@ def _route_stats(group: np.ndarray, names: list[str], code: np.ndarray, rtt: np.
     keys = np.stack([group, code], axis=1)
     uniq, sub = unique_rows_inverse(keys)
     m = len(uniq)
-    sent = np.bincount(sub, minlength=m)
-    ok = np.isfinite(rtt)
-    received = np.bincount(sub[ok], minlength=m)
-    sr, rt = sub[ok], rtt[ok]
-    order = np.lexsort((rt, sr))
-    starts = np.zeros(m, dtype=np.int64)
-    starts[1:] = np.cumsum(received)[:-1]
+    sent, received, _, rt, starts = received_by_group(sub, rtt, m)
     med = np.full(m, np.nan)
     has = received > 0
     if has.any():
-        med[has] = group_quantiles(rt[order], starts[has], received[has], 0.5)
+        med[has] = group_quantiles(rt, starts[has], received[has], 0.5)
     # uniq is sorted by window: each window's routes are one run.
     win = uniq[:, 0]
     bounds = np.flatnonzero(np.r_[True, win[1:] != win[:-1], True])
