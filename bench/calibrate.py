@@ -27,8 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller.infer import read_throughput  # noqa: E402
-from controller.skeleton import to_rates  # noqa: E402
+from controller.infer import job_rates, read_throughput  # noqa: E402
 from controller.timing import (  # noqa: E402
     collective_mask,
     collective_offsets,
@@ -41,12 +40,8 @@ from netskel.topology import load_topology  # noqa: E402
 def measure(rec: Path) -> dict[str, Any]:
     topo = load_topology(rec / "topology.json")
     truth = json.loads((rec / "truth.json").read_text())["jobs"][0]
-    data = read_throughput(rec / "throughput.parquet", topo)
-    eps = [e.id for e in topo.job_endpoints(truth["job"])]
-    names = data["names"]
-    wanted = np.array([n in set(eps) for n in names])[data["code"]]
-    r = to_rates(data["ts"][wanted], data["code"][wanted], data["tx_bytes"][wanted],
-                 data["rx_bytes"][wanted], eps, names=names)
+    r = job_rates(topo, truth["job"], read_throughput(rec / "throughput.parquet", topo))
+    eps = r.endpoints
     tx, rx = r.tx.astype(np.float64), r.rx.astype(np.float64)
     sym = symmetric(tx, rx)
     mask = collective_mask(sym)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from analyzer.records import read_table
-from controller.skeleton import infer, ping_list, to_rates
+from controller.skeleton import Rates, infer, ping_list, to_rates
 from netskel.errors import InputError
 from netskel.topology import Topology, load_topology
 
@@ -46,7 +46,9 @@ def read_throughput(path: str | Path, topo: Topology) -> dict[str, Any]:
     return cols
 
 
-def infer_job(topo: Topology, job: str, throughput: dict[str, Any]) -> dict[str, Any]:
+def job_rates(topo: Topology, job: str, throughput: dict[str, Any]) -> Rates:
+    """One job's endpoints' rates from a throughput file read by
+    read_throughput (other jobs' rows left out)."""
     eps = [e.id for e in topo.job_endpoints(job)]
     if len(eps) < 2:
         raise InputError(f"job '{job}' has {len(eps)} endpoint(s); a skeleton needs two or more")
@@ -58,8 +60,11 @@ def infer_job(topo: Topology, job: str, throughput: dict[str, Any]) -> dict[str,
     cols = [throughput[c] for c in ("ts", "code", "tx_bytes", "rx_bytes")]
     if not mask.all():  # other jobs share the file: keep only this job's rows
         cols = [c[mask] for c in cols]
-    rates = to_rates(cols[0], cols[1], cols[2], cols[3], eps, names=names)
-    sk = infer(topo, job, rates)
+    return to_rates(cols[0], cols[1], cols[2], cols[3], eps, names=names)
+
+
+def infer_job(topo: Topology, job: str, throughput: dict[str, Any]) -> dict[str, Any]:
+    sk = infer(topo, job, job_rates(topo, job, throughput))
     return {"job": job, "confidence": sk.confidence,
             "parallelism": {"dp": sk.dp, "tp": sk.tp, "pp": sk.pp, "ep": sk.ep},
             "dp_groups": sk.dp_groups, "pp_stages": sk.pp_stages, "ep_groups": sk.ep_groups,

@@ -362,7 +362,7 @@ def _unit_rows(units: list[np.ndarray], wobble: np.ndarray) -> np.ndarray:
     return np.asarray(rows / (np.linalg.norm(rows, axis=1, keepdims=True) + 1e-12))
 
 
-def _membership(units: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+def _membership(units: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(the units' endpoints concatenated, a units x endpoints 0/1 matrix)."""
     members = np.concatenate(units)
     m = np.zeros((len(units), len(members)))
@@ -376,8 +376,8 @@ def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: n
     instants (and back), over their same-rail endpoints: the transfer itself
     between pipeline partners. Rows of ntx/nrx are unit-norm residuals. One
     matrix product per rail over its endpoints, summed per unit pair."""
-    ea, ma = _membership(a_units, len(rail_of))
-    eb, mb = _membership(b_units, len(rail_of))
+    ea, ma = _membership(a_units)
+    eb, mb = _membership(b_units)
     total = np.zeros((len(a_units), len(b_units)))
     count = np.zeros_like(total)
     ra, rb = rail_of[ea], rail_of[eb]
