@@ -50,16 +50,24 @@ def _run(args: list[str]) -> tuple[float, str | None]:
     return took, None
 
 
+def _scored_run(rec: Path, args: list[str], dest: Path, empty: dict[str, Any]
+                ) -> tuple[float, str | None, dict[str, Any], dict[str, Any]]:
+    """(seconds, error, truth, output) of one CLI run on a recording; a
+    failed run scores as an empty output."""
+    took, err = _run([*args, "-o", str(dest)])
+    truth = json.loads((rec / "truth.json").read_text())
+    return took, err, truth, json.loads(dest.read_text()) if err is None else empty
+
+
 def skeleton(recs: list[Path], out: Path) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     print(f"{'recording':34} {'job':8} {'prec':>6} {'recall':>6} {'conf':>5} "
           f"{'par':>4} {'dpg':>4} {'stg':>4} {'s':>6}")
     for rec in recs:
-        dest = out / f"{rec.name}.skeleton.json"
-        took, err = _run(["infer", "--topology", str(rec / "topology.json"),
-                          "--throughput", str(rec / "throughput.parquet"), "-o", str(dest)])
-        truth = json.loads((rec / "truth.json").read_text())
-        got = json.loads(dest.read_text()) if err is None else {"jobs": []}
+        took, err, truth, got = _scored_run(
+            rec, ["infer", "--topology", str(rec / "topology.json"),
+                  "--throughput", str(rec / "throughput.parquet")],
+            out / f"{rec.name}.skeleton.json", {"jobs": []})
         for r in score_skeleton(truth, got):
             r.update(recording=rec.name, seconds=round(took, 2), error=err)
             rows.append(r)
@@ -77,11 +85,10 @@ def skeleton(recs: list[Path], out: Path) -> dict[str, Any]:
 def faults(recs: list[Path], out: Path) -> dict[str, Any]:
     scored: list[dict[str, Any]] = []
     for rec in recs:
-        dest = out / f"{rec.name}.incidents.json"
-        took, err = _run(["analyze", "--topology", str(rec / "topology.json"),
-                          "--probes", str(rec / "probes.parquet"), "-o", str(dest)])
-        truth = json.loads((rec / "truth.json").read_text())
-        got = json.loads(dest.read_text()) if err is None else {"incidents": []}
+        took, err, truth, got = _scored_run(
+            rec, ["analyze", "--topology", str(rec / "topology.json"),
+                  "--probes", str(rec / "probes.parquet")],
+            out / f"{rec.name}.incidents.json", {"incidents": []})
         s = score_incidents(truth, got)
         s.update(recording=rec.name, seconds=round(took, 2), error=err)
         scored.append(s)
