@@ -63,10 +63,10 @@ def loss_logp(lost: np.ndarray, expected: np.ndarray, min_lost: int) -> np.ndarr
 
 @dataclass
 class Carry:
-    """Per loss group, the probes of the windows its loss has been
-    suspicious but not yet significant in: the next window is tested with
-    them added (a sequential test), so a slow loss builds up to significance
-    instead of being judged one window at a time."""
+    """Per loss group, the previous window's probes when its loss was
+    suspicious but not yet significant: the next window is tested with them
+    added (a two-window sequential test), so a slow loss is found in two
+    windows instead of never."""
 
     sent: np.ndarray
     lost: np.ndarray
@@ -154,10 +154,11 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     near_group = (logp < np.log(near_alpha)) & ~done & (now_lost > 0)
     near_rows = np.zeros(len(sent), dtype=bool)
     near_rows[member[near_group[g.codes]]] = True
-    # Suspicion accumulates while it lasts (a sequential test); a window
-    # that clears a group drops its carry.
-    return hit, near_rows & ~hit, Carry(np.where(near_group, now_sent + c_sent, 0.0),
-                                       np.where(near_group, now_lost + c_lost, 0.0))
+    # Two windows at most: a suspicious window is carried to the next one's
+    # test only. Longer runs would let a benign loss a little above the floor
+    # (kept out of the history while suspicious) build up to an incident.
+    return hit, near_rows & ~hit, Carry(np.where(near_group, now_sent, 0.0),
+                                       np.where(near_group, now_lost, 0.0))
 
 
 @dataclass
@@ -202,7 +203,7 @@ class Detector:
         self.pn = np.zeros(0, dtype=np.int64)
         self.ref_mu = np.zeros(0)
         self.ref_sigma = np.zeros(0)
-        self.carry: Carry | None = None  # suspicious loss groups' probes so far
+        self.carry: Carry | None = None  # suspicious loss groups' last window
 
     # -- rows -----------------------------------------------------------------
     def rows_for(self, keys: list[RowKey]) -> np.ndarray:

@@ -294,7 +294,7 @@ class Analyzer:
                 for pair in losers[link]:
                     out.setdefault(pair, {})[link] = [int(s[k]), int(n[k])]
             elif logp[k] < np.log(cfg.loss_near_alpha):
-                self._link_carry[link] = (float(s[k]), float(n[k]))  # evidence accumulates
+                self._link_carry[link] = (sent[link], lost[link])  # to the next window only
             else:  # healthy: part of the link's own history
                 h = self._link_hist.get(link, (0.0, 0.0))
                 self._link_hist[link] = (h[0] + sent[link], h[1] + lost[link])
