@@ -1,13 +1,19 @@
 """Overlay forwarding, followed hop by hop through the virtual switches'
 rules (contract section 1 `vswitch`, or the agents' live dumps).
 
-A probe is a round trip, so both directions are traced. A missing (or drop)
-rule is a blackhole at that hop, named HOST:VNI:DST; reaching a host twice is
-a loop. Where the switch forwards fine, each NIC on the way is checked: its
-offloaded copy of the rule for this flow must equal the switch's."""
+A probe is a round trip, so both directions are traced. At each host the
+rule for (VNI, destination) is the highest priority one, then the longest
+prefix (contract 1.1). A missing (or drop) rule is a blackhole at that hop,
+named HOST:VNI:DST (DST as the rule writes it); reaching a host twice is a
+loop. A rule that sends the packet out of the model (`forward`) or could
+not be understood (`unknown`), or a host whose table we do not have, ends
+the trace in "unknown": it never blames a rule. Where the switch forwards
+fine, each NIC on the way is checked: its offloaded copy of the rule for
+this flow must equal the switch's."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,64 +37,106 @@ class Trace:
 def _rule_doc(r: Rule | None) -> dict[str, Any] | None:
     if r is None:
         return None
-    return {"vni": r.vni, "dst": r.dst, "action": r.action, "to": r.to}
+    doc: dict[str, Any] = {"vni": r.vni, "dst": r.dst, "action": r.action, "to": r.to}
+    if r.priority:
+        doc["priority"] = r.priority
+    return doc
+
+
+class _Rules:
+    """One switch's (or NIC's) rules, looked up by (VNI, address)."""
+
+    def __init__(self) -> None:
+        self.exact: dict[tuple[int, str], Rule] = {}
+        self.ranked: dict[int, list[tuple[Any, Rule]]] = {}  # by VNI, best first
+        self.top: dict[int, int] = {}                         # highest priority per VNI
+
+    def add(self, r: Rule) -> None:
+        try:
+            net = ipaddress.ip_network(r.dst, strict=False)
+        except ValueError:
+            return  # an agent's dump is read by the agent; nothing here can use this one
+        if net.num_addresses == 1:
+            self.exact.setdefault((r.vni, str(net.network_address)), r)
+        ranked = self.ranked.setdefault(r.vni, [])
+        ranked.append((net, r))
+        ranked.sort(key=lambda x: (-x[1].priority, -x[0].prefixlen))
+        self.top[r.vni] = max(self.top.get(r.vni, r.priority), r.priority)
+
+    def lookup(self, vni: int, ip: str) -> Rule | None:
+        r = self.exact.get((vni, ip))
+        if r is not None and r.priority >= self.top[vni]:
+            return r  # a host route at the top priority: nothing can beat it
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            return None
+        for net, rule in self.ranked.get(vni, ()):
+            if addr in net:
+                return rule
+        return None
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.ranked.values())
 
 
 class OverlayTables:
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
-        self.rules: dict[tuple[str, int, str], Rule] = {}
-        self.offloaded: dict[tuple[str, int, str], Rule] = {}
-        self.offloading: set[str] = set()  # NICs that report an offloaded table
-        self.hosts: set[str] = set()       # hosts whose table is known
-        self._keys: dict[str, list[tuple[str, int, str]]] = {}  # host -> its rules' keys
+        self.tables: dict[str, _Rules] = {}    # host -> its switch's rules
+        self.offloaded: dict[str, _Rules] = {}  # NIC -> what its hardware holds
         for host, vs in topo.vswitch.items():
             self._put(host, vs.rules)
             for nic, rules in vs.offloaded.items():
-                self.offloading.add(nic)
+                t = self.offloaded[nic] = _Rules()
                 for r in rules:
-                    self.offloaded[(nic, r.vni, r.dst)] = r
+                    t.add(r)
         # For reading agents' dumps, built once: the topology is fixed.
         self._ep_by_ip = {(e.vni, e.ip): e for e in topo.endpoints.values() if e.ip is not None}
         self._nic_by_ip = {n.ip: n.id for n in topo.nics.values() if n.ip}
         self._cache: dict[tuple[str, str], Trace] = {}
 
+    @property
+    def hosts(self) -> set[str]:
+        """Hosts whose table is known."""
+        return set(self.tables)
+
     def _put(self, host: str, rules: tuple[Rule, ...]) -> None:
-        self.hosts.add(host)
-        keys = self._keys.setdefault(host, [])
+        t = self.tables[host] = _Rules()
         for r in rules:
-            self.rules[(host, r.vni, r.dst)] = r
-            keys.append((host, r.vni, r.dst))
+            t.add(r)
 
     def set_host(self, dump: VSwitchDump) -> None:
         """A live dump replaces that host's rules (its NICs' offloaded tables
         stay); only traces are recomputed, not every host's index."""
-        for key in self._keys.pop(dump.host, []):
-            self.rules.pop(key, None)
         self._put(dump.host, self.rules_from_dump(dump))
         self._cache.clear()
 
     def rules_from_dump(self, dump: VSwitchDump) -> tuple[Rule, ...]:
         """An agent's dump in the contract's terms: a delivery names the local
-        endpoint owning the destination; a tunnel names the NIC with its outer
-        IP, or, when the tunnel device chooses, the destination endpoint's NIC."""
+        endpoint owning the destination (else the port the agent named); a
+        tunnel names the NIC with its outer IP, or, when the tunnel device
+        chooses, the destination endpoint's NIC (None for a prefix: the
+        trace then takes each destination's own NIC)."""
         out = []
         for r in dump.rules:
             ep = self._ep_by_ip.get((r.vni, r.dst))
             if r.action == "deliver":
                 here = ep is not None and self.topo.nics[ep.nic].host == dump.host
                 out.append(Rule(r.vni, r.dst, "deliver",
-                                ep.id if ep is not None and here else r.to or None))
+                                ep.id if ep is not None and here else r.to or None, r.priority))
             elif r.action == "tunnel":
                 to = self._nic_by_ip.get(r.to) if r.to else (ep.nic if ep is not None else None)
-                out.append(Rule(r.vni, r.dst, "tunnel", to))
+                out.append(Rule(r.vni, r.dst, "tunnel", to, r.priority))
+            elif r.action in ("forward", "unknown"):
+                out.append(Rule(r.vni, r.dst, r.action, r.to or None, r.priority))
             else:
-                out.append(Rule(r.vni, r.dst, "drop"))
+                out.append(Rule(r.vni, r.dst, "drop", None, r.priority))
         return tuple(out)
 
     @property
     def known(self) -> bool:
-        return bool(self.rules)
+        return any(len(t) for t in self.tables.values())
 
     def trace(self, src: str, dst: str) -> Trace:
         """One direction, endpoint to endpoint (cached: tables are a snapshot)."""
@@ -108,32 +156,45 @@ class OverlayTables:
         seen: list[str] = []
         hops: list[str] = []
         while True:
-            rid = rule_id(host, d.vni, d.ip)
+            table = self.tables.get(host)
+            r = table.lookup(d.vni, d.ip) if table is not None else None
+            rid = rule_id(host, d.vni, r.dst if r is not None else d.ip)
             if host in seen:  # named by the cycle's smallest rule: one incident per loop
                 cycle = hops[seen.index(host):]
                 return Trace("loop", rule=min(cycle), hops=tuple(hops),
                              detail={"hosts": [*seen, host], "cycle": cycle})
-            if host not in self.hosts:  # no snapshot of this host: cannot say
-                return Trace("unknown", hops=tuple(hops))
+            if table is None:  # no snapshot of this host: cannot say
+                return Trace("unknown", hops=tuple(hops), detail={"host": host,
+                                                                  "reason": "table not known"})
             seen.append(host)
             hops.append(rid)
-            r = self.rules.get((host, d.vni, d.ip))
             if r is None or r.action == "drop":
                 return Trace("blackhole", rule=rid, hops=tuple(hops),
                              detail={"host": host, "reason": "no rule" if r is None else "drop rule"})
-            off = self.offloaded.get((nic, d.vni, d.ip))
-            if nic in self.offloading and off != r:
+            if r.action in ("forward", "unknown"):  # out of what the tables describe
+                return Trace("unknown", hops=tuple(hops),
+                             detail={"host": host, "rule": _rule_doc(r),
+                                     "reason": "leaves the overlay model" if r.action == "forward"
+                                     else "rule not understood"})
+            off_table = self.offloaded.get(nic)
+            off = off_table.lookup(d.vni, d.ip) if off_table is not None else None
+            if off_table is not None and off != r:
                 return Trace("nic", rule=rid, nic=nic, hops=tuple(hops),
                              detail={"switch_rule": _rule_doc(r), "offloaded_rule": _rule_doc(off)})
             if r.action == "deliver":
-                if r.to != dst:
+                if r.to in topo.endpoints and r.to != dst:
                     return Trace("blackhole", rule=rid, hops=tuple(hops),
                                  detail={"host": host, "reason": f"delivers to {r.to}"})
+                if topo.nics[d.nic].host != host:
+                    return Trace("blackhole", rule=rid, hops=tuple(hops),
+                                 detail={"host": host, "reason": f"delivers locally (to {r.to}) "
+                                         "but the destination lives on another host"})
                 return Trace("ok", hops=tuple(hops))
-            if r.to not in topo.nics:
+            to = r.to if r.to is not None else d.nic  # the tunnel device picks the far end
+            if to not in topo.nics:
                 return Trace("blackhole", rule=rid, hops=tuple(hops),
-                             detail={"host": host, "reason": f"tunnels to unknown NIC {r.to}"})
-            nic = str(r.to)
+                             detail={"host": host, "reason": f"tunnels to unknown NIC {to}"})
+            nic = str(to)
             host = topo.nics[nic].host
 
     def round_trip(self, a: str, b: str) -> Trace:

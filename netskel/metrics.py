@@ -17,7 +17,9 @@ FEED_DROPPED = Counter("netskel_feed_dropped_total", "Report events dropped for 
 
 # agent
 VSWITCH_DUMP_FAILURES = Counter("netskel_agent_vswitch_dump_failures_total",
-                                "Virtual-switch table dumps that failed")
+                                "Virtual-switch table dumps that failed (the last good one stays)")
+VSWITCH_LINES_NOT_UNDERSTOOD = Gauge("netskel_agent_vswitch_lines_not_understood",
+                                     "Lines of the last virtual-switch dump read as unknowns")
 ROUTE_TRACES = Counter("netskel_agent_route_traces_total",
                        "Underlay route traces by outcome: named (every hop a known switch), "
                        "partial (a hop silent or unknown), failed", ["outcome"])

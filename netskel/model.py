@@ -97,9 +97,10 @@ class FlowRule:
     delivery, empty (the local endpoint owning `dst`)."""
 
     vni: int
-    dst: str
-    action: str  # deliver | tunnel | drop
+    dst: str          # an address or a CIDR prefix (contract 1.1)
+    action: str       # deliver | tunnel | drop | forward | unknown
     to: str = ""
+    priority: int = 0  # the highest wins, then the longest prefix
 
 
 @dataclass(frozen=True)

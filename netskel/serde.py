@@ -137,12 +137,14 @@ def agent_state_from_pb(m: pb.AgentState) -> AgentState:
 
 def vswitch_to_pb(d: VSwitchDump) -> pb.VSwitchDump:
     return pb.VSwitchDump(host=d.host, ts=d.ts, rules=[
-        pb.VSwitchRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to) for r in d.rules])
+        pb.VSwitchRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to, priority=r.priority)
+        for r in d.rules])
 
 
 def vswitch_from_pb(m: pb.VSwitchDump) -> VSwitchDump:
     return VSwitchDump(host=m.host, ts=m.ts, rules=tuple(
-        FlowRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to) for r in m.rules))
+        FlowRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to, priority=r.priority)
+        for r in m.rules))
 
 
 # -- incidents ----------------------------------------------------------------

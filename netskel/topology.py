@@ -16,7 +16,7 @@ from typing import Any
 from netskel.errors import InputError
 
 TIERS = ("tor", "spine", "core")
-ACTIONS = ("tunnel", "deliver", "drop")
+ACTIONS = ("tunnel", "deliver", "drop", "forward", "unknown")
 
 
 def link_id(a: str, b: str) -> str:
@@ -60,9 +60,10 @@ class Container:
 @dataclass(frozen=True)
 class Rule:
     vni: int
-    dst: str
+    dst: str             # an address or a CIDR prefix
     action: str
     to: str | None = None
+    priority: int = 0    # the highest wins, then the longest prefix
 
 
 @dataclass(frozen=True)
@@ -152,8 +153,17 @@ def _rules(reader: _Reader, raw: Any, where: str) -> tuple[Rule, ...]:
         vni = reader.integer(d, "vni", w)
         dst = reader.string(d, "dst", w)
         assert vni is not None and dst is not None
-        to = reader.string(d, "to", w, required=action != "drop")
-        rules.append(Rule(vni=vni, dst=dst, action=action, to=to))
+        try:
+            ipaddress.ip_network(dst, strict=False)
+        except ValueError:
+            raise reader.fail(f"{w}.dst", f"'{dst}' is not an address or a CIDR prefix") from None
+        to = reader.string(d, "to", w, required=action in ("tunnel", "deliver"))
+        priority = d.get("priority", 0)
+        if priority is None:
+            priority = 0
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise reader.fail(f"{w}.priority", "expected an integer")
+        rules.append(Rule(vni=vni, dst=dst, action=action, to=to, priority=priority))
     return tuple(rules)
 
 
@@ -328,6 +338,8 @@ def topology_to_doc(topo: Topology) -> dict[str, Any]:
         d: dict[str, Any] = {"vni": r.vni, "dst": r.dst, "action": r.action}
         if r.to is not None:
             d["to"] = r.to
+        if r.priority:
+            d["priority"] = r.priority
         return d
 
     doc: dict[str, Any] = {

@@ -9,7 +9,6 @@ import dataclasses
 import logging
 import queue
 import random
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -133,19 +132,21 @@ class Agent:
 
     def _vswitch_loop(self) -> None:
         """The host's switch table every interval (jittered), for the
-        analyzer's overlay tracing; a failed dump is logged and counted."""
+        analyzer's overlay tracing. A failed or unreadable dump is logged and
+        counted and nothing is sent, so the last good table stays in use."""
         if not self.cfg.vswitch:
             return
-        src = vswitch.VSwitchSource(self.cfg.vswitch, self.cfg.vswitch_tunnel_ports,
-                                    self.cfg.vswitch_vni)
+        reader = vswitch.Reader(vswitch.VSwitchSource(
+            self.cfg.vswitch, self.cfg.vswitch_tunnel_ports, self.cfg.vswitch_vni))
         while not self.stop_event.wait(self.cfg.vswitch_interval_s * random.uniform(0.9, 1.1)):
             try:
-                rules = vswitch.dump(src)
-            except (OSError, subprocess.SubprocessError) as e:
-                log.warning("vswitch dump from %s failed: %s", src.target, e)
+                got = reader.read()
+            except Exception as e:  # any failure: the analyzer keeps the last good table
+                log.warning("vswitch dump from %s failed: %s: %s", self.cfg.vswitch,
+                            type(e).__name__, e)
                 metrics.VSWITCH_DUMP_FAILURES.inc()
                 continue
-            dump = VSwitchDump(host=self.cfg.host, ts=time.time(), rules=tuple(rules))
+            dump = VSwitchDump(host=self.cfg.host, ts=time.time(), rules=got.rules)
             self._enqueue(pb.AgentReport(container=self.cfg.container,
                                          vswitch=serde.vswitch_to_pb(dump)))
 

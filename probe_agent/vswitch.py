@@ -1,23 +1,30 @@
-"""The host's virtual-switch table, read the way an operator would:
-`ovs-ofctl dump-flows`, parsed into the topology contract's RULE terms.
+"""The host's virtual switch, read the way an operator would: `ovs-ofctl
+dump-flows` for the pipeline and `ovs-ofctl show` for its ports, then the
+whole pipeline run by the interpreter (`netskel.ofpipeline`) and said as
+the topology contract's rules (`netskel.ofrules`) for the analyzer.
 
-Only table 0, IPv4 rules matching one overlay destination (nw_dst) are
-forwarding rules here; for each destination the highest priority wins. An
-output to a tunnel port is a tunnel (its outer destination when the rule
-sets tun_dst), to any other port a local delivery, no output a drop. The
-VNI is the rule's tun_id when it matches or sets one, else the tunnel
-port's VNI (given)."""
+Ports named as tunnels in the configuration are tunnels (their far end
+chosen per flow by `tun_dst`, else by the tunnel device); `LOCAL` leaves
+the model; every other port is a local endpoint's. Lines that cannot be
+interpreted stay in the dump as explicit unknowns, are counted, and are
+logged once each: they never stop the dump."""
 
 from __future__ import annotations
 
-import ipaddress
+import logging
 import re
 import subprocess
 from dataclasses import dataclass
 
+from netskel import metrics
 from netskel.model import FlowRule
+from netskel.ofdump import NotUnderstood, read_dump
+from netskel.ofpipeline import Pipeline, Port, Ports
+from netskel.ofrules import contract_rules
 
-_FIELD = re.compile(r"(\w+)=([^,\s]+)")
+log = logging.getLogger(__name__)
+_SHOW_PORT = re.compile(r"^\s*(\d+)\((.+?)\):\s*addr:", re.MULTILINE)
+_LOGGED_MAX = 1000  # distinct not-understood lines remembered for log-once
 
 
 @dataclass(frozen=True)
@@ -27,55 +34,61 @@ class VSwitchSource:
     vni: int                       # VNI of those tunnels when rules do not say
 
 
-def _int(v: str) -> int:
-    return int(v, 16) if v.lower().startswith("0x") else int(v)
+@dataclass(frozen=True)
+class VSwitchRead:
+    rules: tuple[FlowRule, ...]
+    not_understood: tuple[NotUnderstood, ...]
+    ports: Ports
 
 
-def parse_dump_flows(text: str, tunnel_ports: tuple[int, ...], default_vni: int) -> list[FlowRule]:
-    best: dict[tuple[int, str], tuple[int, FlowRule]] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if "actions=" not in line or line.startswith(("NXST_FLOW", "OFPST_FLOW")):
-            continue
-        match, actions = line.split("actions=", 1)
-        fields = dict(_FIELD.findall(match))
-        if fields.get("table", "0") != "0" or "nw_dst" not in fields:
-            continue
-        dst = fields["nw_dst"].split("/")[0]
+def parse_ports(show: str, tunnel_ports: tuple[int, ...]) -> Ports:
+    """`ovs-ofctl show` text as the switch's port list."""
+    ports = [Port(int(n), name, "tunnel" if int(n) in tunnel_ports else "local")
+             for n, name in _SHOW_PORT.findall(show)]
+    seen = {p.number for p in ports}
+    ports += [Port(n, str(n), "tunnel") for n in tunnel_ports if n not in seen]
+    return Ports(tuple(ports), complete=bool(seen))
+
+
+def parse_dump_flows(text: str, tunnel_ports: tuple[int, ...], default_vni: int,
+                     show: str = "") -> VSwitchRead:
+    """Raises netskel.ofdump.DumpError when the text is not a dump at all."""
+    dump = read_dump(text)
+    ports = parse_ports(show, tunnel_ports)
+    vnis = {default_vni}
+    for f in dump.flows:
+        for m in f.match or ():
+            if m.field == "tun_id" and isinstance(m.value, int) and m.mask is None and m.value:
+                vnis.add(m.value)
+    rules = contract_rules(Pipeline(dump, ports), vnis)
+    return VSwitchRead(tuple(rules), dump.not_understood, ports)
+
+
+class Reader:
+    """Dumps one switch; remembers which lines it already logged."""
+
+    def __init__(self, src: VSwitchSource, timeout: float = 5.0) -> None:
+        self.src = src
+        self.timeout = timeout
+        self._logged: set[str] = set()
+
+    def _ofctl(self, command: str) -> str:
+        return subprocess.run(["ovs-ofctl", command, self.src.target], capture_output=True,
+                              text=True, timeout=self.timeout, check=True).stdout
+
+    def read(self) -> VSwitchRead:
+        """The current pipeline; raises on a failed command or a non-dump
+        (the caller counts it and keeps its last good table)."""
+        text = self._ofctl("dump-flows")
         try:
-            ipaddress.IPv4Address(dst)
-        except ValueError:
-            continue
-        prio = int(fields.get("priority", "32768"))
-        vni = _int(fields["tun_id"]) if "tun_id" in fields else default_vni
-        out_ports: list[int] = []
-        tun_dst = ""
-        for act in re.split(r",(?![^()]*\))", actions.strip()):
-            act = act.strip()
-            if act.startswith("output:"):
-                out_ports.append(_int(act.split(":", 1)[1]))
-            elif act.isdigit():
-                out_ports.append(int(act))
-            elif act.startswith("set_field:") and "->tun_id" in act:
-                vni = _int(act[len("set_field:"):].split("->")[0])
-            elif act.startswith("set_field:") and "->tun_dst" in act:
-                tun_dst = act[len("set_field:"):].split("->")[0]
-            elif act.startswith("load:") and "TUN_IPV4_DST" in act:
-                tun_dst = str(ipaddress.IPv4Address(_int(act[len("load:"):].split("->")[0])))
-        if not out_ports:
-            rule = FlowRule(vni=vni, dst=dst, action="drop")
-        elif any(p in tunnel_ports for p in out_ports):
-            rule = FlowRule(vni=vni, dst=dst, action="tunnel", to=tun_dst)
-        else:
-            rule = FlowRule(vni=vni, dst=dst, action="deliver")
-        key = (vni, dst)
-        if key not in best or prio > best[key][0]:
-            best[key] = (prio, rule)
-    return [r for _, r in sorted(best.values(), key=lambda x: (x[1].vni, x[1].dst))]
-
-
-def dump(src: VSwitchSource, timeout: float = 5.0) -> list[FlowRule]:
-    """The current table; raises OSError/CalledProcessError (the caller records it)."""
-    out = subprocess.run(["ovs-ofctl", "dump-flows", src.target], capture_output=True, text=True,
-                         timeout=timeout, check=True).stdout
-    return parse_dump_flows(out, src.tunnel_ports, src.vni)
+            show = self._ofctl("show")
+        except (OSError, subprocess.SubprocessError) as e:  # ports help; the flows matter
+            log.warning("ovs-ofctl show %s failed (%s): ports taken as local", self.src.target, e)
+            show = ""
+        got = parse_dump_flows(text, self.src.tunnel_ports, self.src.vni, show)
+        metrics.VSWITCH_LINES_NOT_UNDERSTOOD.set(len(got.not_understood))
+        for bad in got.not_understood:
+            if bad.text not in self._logged and len(self._logged) < _LOGGED_MAX:
+                self._logged.add(bad.text)
+                log.warning("vswitch line not understood (%s): %s", bad.why, bad.text)
+        return got

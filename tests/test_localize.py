@@ -104,3 +104,43 @@ def test_short_congestion_and_partial_routes_raise_nothing(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps(healthy))
     pq.write_table(table, tmp_path / "p.parquet")
     assert analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"] == []
+
+
+# The table every Open vSwitch bridge starts with, as `ovs-ofctl dump-flows` prints it.
+DEFAULT_OVS_DUMP = """NXST_FLOW reply (xid=0x4):
+ cookie=0x0, duration=5.106s, table=0, n_packets=10, n_bytes=980, idle_age=0, priority=0 actions=NORMAL
+"""
+
+
+def _tables_from(doc, dump_text: str, hosts):
+    from probe_agent.vswitch import parse_dump_flows
+
+    rules = parse_dump_flows(dump_text, (), LAY.vni).rules
+    for h in hosts:
+        doc["vswitch"][LAY.host(h)] = {"rules": [
+            {"vni": r.vni, "dst": r.dst, "action": r.action, **({"to": r.to} if r.to else {})}
+            for r in rules]}
+    return doc
+
+
+@pytest.mark.parametrize("tables", ["normal-everywhere", "some-unreadable", "one-missing"])
+def test_underlay_fault_under_real_tables_is_still_its_link(tmp_path, tables):
+    """`priority=0 actions=NORMAL` leaves the overlay model, a host whose
+    dump was all unknowns says nothing, a host without a dump is unknown:
+    none of them is blamed, and the link fault is still found."""
+    healthy = with_overlay(layout_doc(LAY))
+    if tables == "normal-everywhere":
+        doc = _tables_from(healthy, DEFAULT_OVS_DUMP, range(LAY.hosts))
+    elif tables == "some-unreadable":
+        doc = _tables_from(healthy, "NXST_FLOW reply (xid=0x4):\n table=0, priority=0 actions=\n"
+                           " table=0, priority=9, garbage actions=frob:3\n", (1, 3, 5))
+    else:
+        doc = healthy
+        del doc["vswitch"][LAY.host(3)]
+    faults = [ProbeFault("loss", START, magnitude=0.05, link=SPINE_LINK)]
+    table, _ = simulate_probes(with_overlay(layout_doc(LAY)), 600.0, faults, ProbeNoise(), seed=3,
+                               t0=T0)
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    pq.write_table(table, tmp_path / "p.parquet")
+    incidents = analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"]
+    assert named(incidents) == [("link", SPINE_LINK, "underlay")]

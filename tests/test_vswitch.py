@@ -3,10 +3,13 @@ contract's rules, and a live dump changing what the analyzer blames."""
 
 from __future__ import annotations
 
+import pytest
+
 from analyzer.engine import Analyzer
 from analyzer.overlay import OverlayTables
 from netskel.config import AnalyzerConfig
 from netskel.model import FlowRule, VSwitchDump, WindowStats
+from netskel.ofdump import DumpError
 from netskel.probesim import with_overlay
 from netskel.topology import parse_topology
 from probe_agent.vswitch import parse_dump_flows
@@ -25,10 +28,30 @@ NXST_FLOW reply (xid=0x4):
 
 
 def test_parse_dump_flows():
-    rules = parse_dump_flows(DUMP, tunnel_ports=(100,), default_vni=7)
-    assert rules == [FlowRule(7, "192.168.10.1", "deliver"), FlowRule(7, "192.168.10.2", "tunnel"),
-                     FlowRule(7, "192.168.10.4", "drop"), FlowRule(9, "10.9.0.3", "tunnel", "10.0.0.7")]
-    assert parse_dump_flows("garbage\nactions=\n", (100,), 7) == []
+    got = parse_dump_flows(DUMP, tunnel_ports=(100,), default_vni=7)
+    rules = {(r.vni, r.dst): (r.action, r.to) for r in got.rules}
+    assert rules[(7, "192.168.10.1")] == ("deliver", "1")
+    assert rules[(7, "192.168.10.2")] == ("tunnel", "")  # priority 100 beats the drop at 50
+    assert rules[(7, "192.168.10.4")] == ("drop", "")
+    # A probe from a local port carries tun_id 0: the tun_id=9 flow is not its
+    # rule, and table 1 is never reached; NORMAL takes both, and the rest.
+    assert rules[(7, "10.9.0.3")] == rules[(7, "192.168.10.5")] == ("forward", "NORMAL")
+    assert rules[(7, "0.0.0.0/0")] == ("forward", "NORMAL")
+    assert got.not_understood == ()
+
+
+def test_dump_with_ports_from_show_names_the_local_port():
+    show = ("OFPT_FEATURES_REPLY (xid=0x2): dpid:0000aa\n"
+            " 1(c0e0): addr:aa:bb:cc:dd:ee:01\n     config:     0\n"
+            " 100(vx7): addr:aa:bb:cc:dd:ee:02\n LOCAL(br0): addr:aa:bb:cc:dd:ee:03\n")
+    got = parse_dump_flows(DUMP, (100,), 7, show)
+    assert [p.name for p in got.ports.ports] == ["c0e0", "vx7"] and got.ports.complete
+    assert ("deliver", "c0e0") in {(r.action, r.to) for r in got.rules if r.dst == "192.168.10.1"}
+
+
+def test_garbage_is_one_error():
+    with pytest.raises(DumpError):
+        parse_dump_flows("garbage\nmore garbage\n", (100,), 7)
 
 
 LAY = Layout(hosts=4, rails=1, hosts_per_tor=2, spines=1)

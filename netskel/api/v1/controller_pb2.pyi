@@ -490,10 +490,13 @@ Global___WindowBatch: _TypeAlias = WindowBatch  # noqa: Y015
 @_typing.final
 class VSwitchRule(_message.Message):
     """One forwarding rule as the agent read it from its host's virtual switch,
-    in the terms of the topology contract's RULE: action is "deliver",
-    "tunnel" or "drop"; for a tunnel, `to` is the outer destination IP when the
-    rule sets one, empty when the tunnel device decides (toward the
-    destination's own NIC).
+    in the terms of the topology contract's RULE (version 1.1): `dst` is an
+    address or a CIDR prefix; action is "deliver", "tunnel", "drop",
+    "forward" (leaves the overlay model: NORMAL, LOCAL, an uplink) or
+    "unknown" (read but not understood); for a tunnel, `to` is the outer
+    destination IP when the rule sets one, empty when the tunnel device
+    decides (toward the destination's own NIC). The highest `priority` wins,
+    then the longest prefix.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -502,10 +505,12 @@ class VSwitchRule(_message.Message):
     DST_FIELD_NUMBER: _builtins.int
     ACTION_FIELD_NUMBER: _builtins.int
     TO_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     vni: _builtins.int
     dst: _builtins.str
     action: _builtins.str
     to: _builtins.str
+    priority: _builtins.int
     def __init__(
         self,
         *,
@@ -513,10 +518,11 @@ class VSwitchRule(_message.Message):
         dst: _builtins.str = ...,
         action: _builtins.str = ...,
         to: _builtins.str = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "dst", b"dst", "to", b"to", "vni", b"vni"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "dst", b"dst", "priority", b"priority", "to", b"to", "vni", b"vni"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
