@@ -170,6 +170,83 @@ def cmd_import_csv(a: argparse.Namespace) -> int:
     return 0
 
 
+def _vswitch_inputs(a: argparse.Namespace) -> tuple[Any, Any]:
+    """The dump and the port facts the flags give; InputError on bad ones."""
+    from netskel.ofdump import DumpError, read_dump
+    from netskel.ofpipeline import Port, Ports
+    from probe_agent.vswitch import parse_ports
+
+    try:
+        text = Path(a.dump).read_bytes().decode("utf-8", errors="replace")
+    except OSError as e:
+        raise InputError(f"{a.dump}: cannot read ({e.strerror or e})") from None
+    try:
+        dump = read_dump(text)
+    except DumpError as e:
+        raise InputError(f"{a.dump}: not ovs-ofctl dump-flows output: {e}") from None
+    tunnels: list[Port] = []
+    for spec in a.tunnel_port or ():
+        num, _, remote = spec.partition("=")
+        if not num.isdigit():
+            raise InputError(f"--tunnel-port '{spec}': expected PORT or PORT=REMOTE_IP")
+        tunnels.append(Port(int(num), num, "tunnel", remote or None))
+    ports = Ports(tuple(tunnels))
+    if a.ports:
+        try:
+            show = Path(a.ports).read_text(errors="replace")
+        except OSError as e:
+            raise InputError(f"{a.ports}: cannot read ({e.strerror or e})") from None
+        listed = parse_ports(show, tuple(t.number for t in tunnels))
+        if not listed.ports:
+            raise InputError(f"{a.ports}: no port lines ('N(name): addr:...') as ovs-ofctl show "
+                             "prints them")
+        remote = {t.number: t.remote_ip for t in tunnels}
+        ports = Ports(tuple(Port(p.number, p.name, p.kind, remote.get(p.number)) for p in
+                            listed.ports), complete=True)
+    return dump, ports
+
+
+def cmd_vswitch_parse(a: argparse.Namespace) -> int:
+    from netskel.ofrules import line_rules
+
+    dump, ports = _vswitch_inputs(a)
+    doc = {"rules": line_rules(dump, ports),
+           "not_understood": [{"line": b.line, "text": b.text, "why": b.why}
+                              for b in dump.not_understood]}
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+def cmd_vswitch_trace(a: argparse.Namespace) -> int:
+    from netskel.ofdump import mac_int
+    from netskel.ofpipeline import Packet, Pipeline
+
+    dump, ports = _vswitch_inputs(a)
+    fields: dict[str, int] = {}
+    for spec in a.field or ():
+        name, _, value = spec.partition("=")
+        num = mac_int(value) if ":" in value else None
+        try:
+            fields[name] = num if num is not None else int(value, 0)
+        except ValueError:
+            raise InputError(f"--field '{spec}': expected NAME=NUMBER or NAME=MAC") from None
+    in_port: int | str | None = None
+    if a.in_port is not None:
+        in_port = int(a.in_port) if a.in_port.isdigit() else a.in_port
+    table = None
+    if a.table is not None:
+        table = int(a.table) if a.table.isdigit() else dump.table_names.get(a.table)
+        if table is None:
+            raise InputError(f"--table '{a.table}': no such table in {a.dump}")
+    try:
+        pkt = Packet(a.dst, in_port=in_port, vni=a.vni, src=a.src, proto=a.proto, fields=fields)
+        out = Pipeline(dump, ports).trace(pkt, table)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    print(json.dumps(out.summary(), indent=1))
+    return 0
+
+
 def cmd_simulate(a: argparse.Namespace) -> int:
     import pyarrow.parquet as pq
 
@@ -294,6 +371,29 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--probes", required=True, help="output Parquet (contract section 3)")
     c.add_argument("--topology", help="also write a topology stub built from the rows")
     c.set_defaults(fn=cmd_import_csv)
+
+    v = sub.add_parser("vswitch", help="read an ovs-ofctl dump-flows file: its rules, or a "
+                       "packet's path through it")
+    vs = v.add_subparsers(dest="vswitch_cmd", required=True)
+    for name, fn, doc in (("parse", cmd_vswitch_parse, "every line as a contract rule, and the "
+                           "lines not understood (JSON)"),
+                          ("trace", cmd_vswitch_trace, "follow one packet through the pipeline "
+                           "to its end (JSON)")):
+        w = vs.add_parser(name, help=doc)
+        w.add_argument("--dump", required=True, help="ovs-ofctl dump-flows output")
+        w.add_argument("--ports", help="ovs-ofctl show output: port numbers and names")
+        w.add_argument("--tunnel-port", action="append", metavar="PORT[=REMOTE_IP]",
+                       help="an OpenFlow port that is a tunnel (repeatable)")
+        w.set_defaults(fn=fn)
+        if name == "trace":
+            w.add_argument("--dst", required=True, help="the packet's IPv4 destination")
+            w.add_argument("--in-port", help="input port number or name (default: left open)")
+            w.add_argument("--vni", type=int, help="tunnel id of a packet arriving from a tunnel")
+            w.add_argument("--src", help="the packet's IPv4 source")
+            w.add_argument("--proto", choices=["udp", "tcp", "icmp"], default="udp")
+            w.add_argument("--table", help="start in this table (number or name; default 0)")
+            w.add_argument("--field", action="append", metavar="NAME=VALUE",
+                           help="any other field the packet has, e.g. dl_src=aa:bb:cc:dd:ee:ff")
 
     s = sub.add_parser("simulate", help="contract files of simulated training traffic")
     s.add_argument("--job", action="append", required=True,

@@ -94,6 +94,7 @@ class Step:
     table: int
     line: int | None   # None: a table miss
     text: str
+    name: str = ""     # the table's name in a --names dump
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ class Outcome:
     def summary(self) -> dict[str, Any]:
         return {"end": self.end, "port": self.port, "remote_ip": self.remote_ip, "vni": self.vni,
                 "why": self.why,
-                "path": [{"table": s.table, "line": s.line, "flow": s.text} for s in self.steps]}
+                "path": [{"table": s.name or s.table, "line": s.line, "flow": s.text}
+                         for s in self.steps]}
 
 
 class _Unknown(Exception):
@@ -306,7 +308,7 @@ class Pipeline:
         """The flow that surely wins; raises _Unknown when one that may match outranks it."""
         for flow in self.tables.get(table, ()):
             if not flow.understood:
-                st.steps.append(Step(table, flow.line, flow.text))
+                st.steps.append(self._step(table, flow))
                 raise _Unknown(f"line {flow.line} (table {self.dump.table_label(table)}, "
                                f"priority {flow.priority}) could not be read and may match")
             assert flow.actions is not None
@@ -316,11 +318,16 @@ class Pipeline:
             if r is False:
                 continue
             if r is None:
-                st.steps.append(Step(table, flow.line, flow.text))
+                st.steps.append(self._step(table, flow))
                 raise _Unknown(f"line {flow.line} (table {self.dump.table_label(table)}) matches "
                                f"on {why}, which this packet's description leaves open")
             return flow
         return None
+
+    def _step(self, table: int, flow: OfFlow | None) -> Step:
+        name = self.dump.table_label(table)
+        return Step(table, flow.line if flow else None, flow.text if flow else "table miss",
+                    "" if name == str(table) else name)
 
     # -- actions -----------------------------------------------------------------
     def _table(self, st: _State, table: int, depth: int) -> None:
@@ -328,10 +335,10 @@ class Pipeline:
             raise _Loop(f"resubmit depth over {MAX_DEPTH} at table {self.dump.table_label(table)}")
         flow = self._lookup(st, table)
         if flow is None:
-            st.steps.append(Step(table, None, "table miss"))
+            st.steps.append(self._step(table, None))
             st.last_miss = table
             return
-        st.steps.append(Step(table, flow.line, flow.text))
+        st.steps.append(self._step(table, flow))
         assert flow.actions is not None
         self._actions(st, flow.actions, table, depth)
 
