@@ -169,8 +169,14 @@ class OverlayTables:
             seen.append(host)
             hops.append(rid)
             if r is None or r.action == "drop":
-                return Trace("blackhole", rule=rid, hops=tuple(hops),
-                             detail={"host": host, "reason": "no rule" if r is None else "drop rule"})
+                # Named by the destination: what broke is the missing route
+                # for it, not the covering drop that works for everyone else.
+                detail: dict[str, Any] = {"host": host,
+                                          "reason": "no rule" if r is None else "drop rule"}
+                if r is not None and r.dst != d.ip:
+                    detail["matched_rule"] = _rule_doc(r)
+                return Trace("blackhole", rule=rule_id(host, d.vni, d.ip), hops=tuple(hops),
+                             detail=detail)
             if r.action in ("forward", "unknown"):  # out of what the tables describe
                 return Trace("unknown", hops=tuple(hops),
                              detail={"host": host, "rule": _rule_doc(r),

@@ -97,6 +97,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       vswitch=a.vswitch or env("NETSKEL_VSWITCH", ""),
                       vswitch_tunnel_ports=tuple(a.vswitch_tunnel_port or ()), vswitch_vni=a.vswitch_vni,
                       vswitch_interval_s=a.vswitch_interval,
+                      vswitch_db=a.vswitch_db or env("NETSKEL_VSWITCH_DB", ""),
                       underlay_netns=a.underlay_netns or env("NETSKEL_UNDERLAY_NETNS", ""),
                       trace_interval_s=a.trace_interval)
     agent = Agent(cfg)
@@ -332,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenFlow port that is a tunnel (repeatable)")
     g.add_argument("--vswitch-vni", type=int, default=0, help="VNI of the tunnel ports")
     g.add_argument("--vswitch-interval", type=float, default=10.0, help="seconds between dumps")
+    g.add_argument("--vswitch-db", help="the switch's ovsdb (ovs-vsctl --db), e.g. "
+                   "unix:/run/openvswitch/db.sock: which ports are tunnels and to where")
     g.add_argument("--underlay-netns", help="the host's network namespace file (e.g. "
                    "/proc/1/ns/net): route traces between NICs run there")
     g.add_argument("--trace-interval", type=float, default=60.0,

@@ -48,6 +48,8 @@ class AgentConfig:
     vswitch_tunnel_ports: tuple[int, ...] = ()  # OpenFlow ports that are tunnels
     vswitch_vni: int = 0               # VNI of those tunnels when rules do not set one
     vswitch_interval_s: float = 10.0   # seconds between table dumps
+    vswitch_db: str = ""               # ovsdb of that switch (ovs-vsctl --db): tunnel ports' far
+                                       # ends and types; "" = the flows and --vswitch-tunnel-port
     # Network namespace file of the host (e.g. /proc/1/ns/net with hostPID,
     # /var/run/netns/NAME): where the NICs' underlay addresses live. Route
     # traces run there; "" = no traces (the analyzer then spreads its link

@@ -29,6 +29,7 @@ answer, as `ovs-appctl ofproto/trace` shows for a packet of a running flow.
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -113,6 +114,11 @@ class Outcome:
                          for s in self.steps]}
 
 
+def _rank(f: OfFlow) -> tuple[int, bool, int]:
+    """Highest priority first; among equals, flows we read before ones we could not."""
+    return (-f.priority, not f.understood, f.line)
+
+
 class _Unknown(Exception):
     pass
 
@@ -162,8 +168,22 @@ class Pipeline:
         for f in dump.flows:
             tables.setdefault(f.table, []).append(f)
         # Highest priority first; among equals, flows we read before ones we could not.
-        self.tables = {t: sorted(fs, key=lambda f: (-f.priority, not f.understood, f.line))
-                       for t, fs in tables.items()}
+        self.tables = {t: sorted(fs, key=_rank) for t, fs in tables.items()}
+        # Flows matching one exact destination, indexed by it: a table of a
+        # thousand host routes is then a dictionary lookup, not a scan.
+        self._by_dst: dict[int, dict[int, list[OfFlow]]] = {}
+        self._rest: dict[int, list[OfFlow]] = {}
+        for t, fs in self.tables.items():
+            index: dict[int, list[OfFlow]] = {}
+            rest = []
+            for f in fs:
+                dst = next((m.value for m in f.match or () if m.field == "nw_dst"
+                            and m.mask == 0xFFFFFFFF and isinstance(m.value, int)), None)
+                if dst is None:
+                    rest.append(f)
+                else:
+                    index.setdefault(dst, []).append(f)
+            self._by_dst[t], self._rest[t] = index, rest
         # Conjunctive clauses by (table, conjunction id) and dimension.
         self.conjunctions: dict[tuple[int, int], dict[int, list[OfFlow]]] = {}
         for f in dump.flows:
@@ -304,9 +324,16 @@ class Pipeline:
                 maybe = m.field
         return (None, maybe) if maybe else (True, "")
 
+    def _candidates(self, st: _State, table: int) -> Iterable[OfFlow]:
+        dst = st.fields.get("nw_dst")
+        index = self._by_dst.get(table)
+        if not index or not isinstance(dst, int):
+            return self.tables.get(table, ())
+        return heapq.merge(index.get(dst, ()), self._rest[table], key=_rank)
+
     def _lookup(self, st: _State, table: int) -> OfFlow | None:
         """The flow that surely wins; raises _Unknown when one that may match outranks it."""
-        for flow in self.tables.get(table, ()):
+        for flow in self._candidates(st, table):
             if not flow.understood:
                 st.steps.append(self._step(table, flow))
                 raise _Unknown(f"line {flow.line} (table {self.dump.table_label(table)}, "

@@ -61,6 +61,8 @@ def _inside(addr: int, net: int, length: int) -> bool:
 
 def representative(net: int, length: int, prefixes: list[tuple[int, int]]) -> int | None:
     """An address of the prefix that no longer listed prefix covers."""
+    if length == 32:
+        return net
     inner = [(n, ln) for n, ln in prefixes if ln > length and _inside(n, net, length)]
     size = 1 << (32 - length)
     # Candidates in order: ends of the range, then the ends of each gap

@@ -137,7 +137,8 @@ class Agent:
         if not self.cfg.vswitch:
             return
         reader = vswitch.Reader(vswitch.VSwitchSource(
-            self.cfg.vswitch, self.cfg.vswitch_tunnel_ports, self.cfg.vswitch_vni))
+            self.cfg.vswitch, self.cfg.vswitch_tunnel_ports, self.cfg.vswitch_vni,
+            self.cfg.vswitch_db))
         while not self.stop_event.wait(self.cfg.vswitch_interval_s * random.uniform(0.9, 1.1)):
             try:
                 got = reader.read()

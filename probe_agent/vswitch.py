@@ -11,6 +11,7 @@ logged once each: they never stop the dump."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import subprocess
@@ -18,13 +19,15 @@ from dataclasses import dataclass
 
 from netskel import metrics
 from netskel.model import FlowRule
-from netskel.ofdump import NotUnderstood, read_dump
+from netskel.ofdump import DumpError, FlowDump, NotUnderstood, read_dump
 from netskel.ofpipeline import Pipeline, Port, Ports
 from netskel.ofrules import contract_rules
 
 log = logging.getLogger(__name__)
 _SHOW_PORT = re.compile(r"^\s*(\d+)\((.+?)\):\s*addr:", re.MULTILINE)
 _LOGGED_MAX = 1000  # distinct not-understood lines remembered for log-once
+# Counters and ages change every dump; the pipeline only when these do not.
+_STATS = re.compile(r"\b(duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]*,?\s*")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class VSwitchSource:
     target: str                    # ovs-ofctl target, e.g. unix:/run/openvswitch/br0.mgmt
     tunnel_ports: tuple[int, ...]  # OpenFlow ports that are tunnels
     vni: int                       # VNI of those tunnels when rules do not say
+    db: str = ""                   # ovsdb of the switch (ovs-vsctl --db): tunnel ports' far ends
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,51 @@ class VSwitchRead:
     ports: Ports
 
 
-def parse_ports(show: str, tunnel_ports: tuple[int, ...]) -> Ports:
-    """`ovs-ofctl show` text as the switch's port list."""
-    ports = [Port(int(n), name, "tunnel" if int(n) in tunnel_ports else "local")
-             for n, name in _SHOW_PORT.findall(show)]
+_TUNNEL_TYPES = frozenset({"vxlan", "geneve", "gre", "stt", "lisp", "erspan", "ip6gre",
+                           "ip6erspan", "gtpu", "bareudp", "srv6"})
+
+
+def parse_interfaces(vsctl_json: str) -> dict[int, Port]:
+    """`ovs-vsctl --format=json --columns=name,ofport,type,options list
+    Interface` as ports: native tunnels with their far end and key (a value
+    of "flow" means the flows choose, left None)."""
+    doc = json.loads(vsctl_json)
+    heads = doc.get("headings", [])
+    out: dict[int, Port] = {}
+    for row in doc.get("data", []):
+        rec = dict(zip(heads, row, strict=False))
+        ofport, kind = rec.get("ofport"), rec.get("type")
+        if not isinstance(ofport, int) or ofport <= 0:
+            continue
+        opts = {}
+        if isinstance(rec.get("options"), list) and len(rec["options"]) == 2:
+            opts = {str(k): str(v) for k, v in rec["options"][1]}
+        if kind in _TUNNEL_TYPES:
+            remote = opts.get("remote_ip")
+            key = opts.get("key", opts.get("out_key"))
+            out[ofport] = Port(ofport, str(rec.get("name", ofport)), "tunnel",
+                               None if remote in (None, "flow") else remote,
+                               int(key, 0) if key and key != "flow" else None)
+        elif kind == "patch":
+            out[ofport] = Port(ofport, str(rec.get("name", ofport)), "patch")
+        elif kind == "internal":
+            out[ofport] = Port(ofport, str(rec.get("name", ofport)), "internal")
+    return out
+
+
+def parse_ports(show: str, tunnel_ports: tuple[int, ...],
+                interfaces: dict[int, Port] | None = None) -> Ports:
+    """`ovs-ofctl show` text as the switch's port list; the database's
+    interface types, where known, say which are tunnels (and to where),
+    patches or internal ports; the configured tunnel ports are tunnels."""
+    known = interfaces or {}
+    ports = []
+    for n, name in _SHOW_PORT.findall(show):
+        num = int(n)
+        p = known.get(num)
+        if num in tunnel_ports:
+            p = Port(num, name, "tunnel", p.remote_ip if p else None, p.key if p else None)
+        ports.append(Port(num, name, p.kind, p.remote_ip, p.key) if p else Port(num, name))
     seen = {p.number for p in ports}
     ports += [Port(n, str(n), "tunnel") for n in tunnel_ports if n not in seen]
     return Ports(tuple(ports), complete=bool(seen))
@@ -53,8 +98,10 @@ def parse_ports(show: str, tunnel_ports: tuple[int, ...]) -> Ports:
 def parse_dump_flows(text: str, tunnel_ports: tuple[int, ...], default_vni: int,
                      show: str = "") -> VSwitchRead:
     """Raises netskel.ofdump.DumpError when the text is not a dump at all."""
-    dump = read_dump(text)
-    ports = parse_ports(show, tunnel_ports)
+    return _compile(read_dump(text), parse_ports(show, tunnel_ports), default_vni)
+
+
+def _compile(dump: FlowDump, ports: Ports, default_vni: int) -> VSwitchRead:
     vnis = {default_vni}
     for f in dump.flows:
         for m in f.match or ():
@@ -71,6 +118,7 @@ class Reader:
         self.src = src
         self.timeout = timeout
         self._logged: set[str] = set()
+        self._last: tuple[tuple[str, Ports], VSwitchRead] | None = None
 
     def _ofctl(self, command: str) -> str:
         return subprocess.run(["ovs-ofctl", command, self.src.target], capture_output=True,
@@ -80,12 +128,30 @@ class Reader:
         """The current pipeline; raises on a failed command or a non-dump
         (the caller counts it and keeps its last good table)."""
         text = self._ofctl("dump-flows")
+        if text and not text.endswith("\n"):  # ovs-ofctl ends every line: this was cut short
+            raise DumpError(f"output ends mid-line after {len(text)} bytes")
         try:
             show = self._ofctl("show")
         except (OSError, subprocess.SubprocessError) as e:  # ports help; the flows matter
             log.warning("ovs-ofctl show %s failed (%s): ports taken as local", self.src.target, e)
             show = ""
-        got = parse_dump_flows(text, self.src.tunnel_ports, self.src.vni, show)
+        interfaces: dict[int, Port] = {}
+        if self.src.db:
+            try:
+                interfaces = parse_interfaces(subprocess.run(
+                    ["ovs-vsctl", f"--db={self.src.db}", f"--timeout={int(self.timeout)}",
+                     "--format=json", "--data=json", "--", "--columns=name,ofport,type,options",
+                     "list", "Interface"], capture_output=True, text=True, timeout=self.timeout,
+                    check=True).stdout)
+            except (OSError, subprocess.SubprocessError, ValueError) as e:
+                log.warning("ovs-vsctl --db=%s failed (%s): tunnel ends from flows only",
+                            self.src.db, e)
+        ports = parse_ports(show, self.src.tunnel_ports, interfaces)
+        key = (_STATS.sub("", text), ports)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]  # same pipeline: same rules, without running it again
+        got = _compile(read_dump(text), ports, self.src.vni)
+        self._last = (key, got)
         metrics.VSWITCH_LINES_NOT_UNDERSTOOD.set(len(got.not_understood))
         for bad in got.not_understood:
             if bad.text not in self._logged and len(self._logged) < _LOGGED_MAX:

@@ -43,6 +43,38 @@ SWITCH_SYSCTLS = ("net.ipv4.ip_forward=1", "net.ipv4.icmp_ratelimit=0",
                   "net.ipv4.conf.default.send_redirects=0")
 
 
+TUNNEL_OFPORT = 100
+L3_TABLE = 30
+
+
+def overlay_pipeline(lay: Layout, h: int, local_ports: dict[int, int]) -> list[str]:
+    """Host h's OpenFlow pipeline, in the style of OVN and Antrea: a
+    classifier by input port (marking tunnel vs local traffic in reg0),
+    conntrack (invalid dropped), L3 forwarding by destination (the output
+    port into reg2; a covering prefix drops the rest of the overlay), and
+    an output table that commits the connection and outputs to reg2."""
+    flows = [f"table=0,priority=100,in_port={TUNNEL_OFPORT},actions="
+             "load:0x1->NXM_NX_REG0[],goto_table:10"]
+    flows += [f"table=0,priority=100,in_port={p},actions=load:0x2->NXM_NX_REG0[],goto_table:10"
+              for p in local_ports.values()]
+    flows += ["table=0,priority=0,actions=drop",
+              "table=10,priority=100,ip,actions=ct(table=20,zone=7)",
+              "table=10,priority=0,actions=drop",
+              "table=20,priority=200,ct_state=+inv+trk,actions=drop",
+              f"table=20,priority=100,ct_state=+trk,ip,actions=goto_table:{L3_TABLE}",
+              "table=20,priority=0,actions=drop"]
+    for h2 in range(lay.hosts):
+        for r in range(lay.rails):
+            port = local_ports[r] if h2 == h else TUNNEL_OFPORT
+            flows.append(f"table={L3_TABLE},priority=100,ip,nw_dst={lay.overlay_ip(h2, r)},"
+                         f"actions=load:{port:#x}->NXM_NX_REG2[],goto_table:40")
+    flows += [f"table={L3_TABLE},priority=10,ip,nw_dst=192.168.0.0/16,actions=drop",
+              f"table={L3_TABLE},priority=0,actions=drop",
+              "table=40,priority=100,ip,actions=ct(commit,zone=7),output:NXM_NX_REG2[]",
+              "table=40,priority=0,actions=drop"]
+    return flows
+
+
 def endpoint_mac(h: int, r: int) -> str:
     return f"02:4e:53:{r:02x}:{h >> 8:02x}:{h & 0xFF:02x}"
 
@@ -81,10 +113,13 @@ class Ovs:
     def vsctl(self, *args: str) -> str:
         return run("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args, env=self.env)
 
-    def ofctl(self, *args: str, check: bool = True) -> str:
+    def ofctl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
         cmd, bridge, *rest = args
         return run("ovs-ofctl", cmd, f"unix:{self.dir}/{bridge}.mgmt", *rest, env=self.env,
-                   check=check)
+                   check=check, input=stdin)
+
+    def appctl(self, *args: str) -> str:
+        return run("ovs-appctl", "-t", f"{self.dir}/ovs-vswitchd.ctl", *args, env=self.env)
 
 
 @dataclass
@@ -233,7 +268,8 @@ class Cluster:
                 str(lay.vni), "dstport", str(VXLAN_PORT), "nolearning")
             run("ip", "-n", hns, "link", "set", vx, "up")
             ns(hns, "ethtool", "-K", vx, "tx", "off")
-            ovs.vsctl("add-port", "br0", vx, "--", "set", "interface", vx, "ofport_request=100")
+            ovs.vsctl("add-port", "br0", vx, "--", "set", "interface", vx,
+                      f"ofport_request={TUNNEL_OFPORT}")
             for r in range(lay.rails):
                 ep_if, port_if = f"e{r}", f"c0e{r}"
                 self._veth(cns, ep_if, hns, port_if, OVERLAY_MTU)
@@ -248,20 +284,17 @@ class Cluster:
         # Static neighbours and forwarding state: every same-rail endpoint pair.
         for h in range(lay.hosts):
             hns, cns = self.host_ns(h), self.container_ns(h)
-            flows = []
             for h2 in range(lay.hosts):
                 for r in range(lay.rails):
-                    ip2 = lay.overlay_ip(h2, r)
                     if h2 == h:
-                        flows.append(f"priority=100,ip,nw_dst={ip2},actions=output:{self.ports[(h, r)]}")
                         continue
+                    ip2 = lay.overlay_ip(h2, r)
                     run("ip", "-n", cns, "neigh", "replace", ip2, "lladdr", endpoint_mac(h2, r),
                         "dev", f"e{r}", "nud", "permanent")
                     run("bridge", "-n", hns, "fdb", "append", endpoint_mac(h2, r), "dev",
                         f"vx{lay.vni}", "dst", lay.underlay_ip(h2, r), "self", "permanent")
-                    flows.append(f"priority=100,ip,nw_dst={ip2},actions=output:100")
-            for f in flows:
-                self.ovs[h].ofctl("add-flow", "br0", f)
+            self.ovs[h].ofctl("add-flows", "br0", "-", stdin="\n".join(
+                overlay_pipeline(lay, h, {r: self.ports[(h, r)] for r in range(lay.rails)})))
 
     # -- processes --------------------------------------------------------------
     def agent_command(self, h: int, window_s: int | None = None) -> list[str]:
@@ -272,7 +305,8 @@ class Cluster:
                "agent", "--controller", self.controller_socket, "--container", lay.container(h),
                "--job", lay.job, "--host", lay.host(h), "--counter-hz", "20",
                # The host's switch, as a sidecar with the OVS socket mounted would see it.
-               "--vswitch", f"unix:{self.ovs[h].dir}/br0.mgmt", "--vswitch-tunnel-port", "100",
+               "--vswitch", f"unix:{self.ovs[h].dir}/br0.mgmt", "--vswitch-tunnel-port", str(TUNNEL_OFPORT),
+               "--vswitch-db", self.ovs[h].db,
                "--vswitch-vni", str(lay.vni), "--vswitch-interval", "2",
                # The host's network namespace, as hostPID + /proc/1/ns/net would give it.
                "--underlay-netns", f"/var/run/netns/{self.host_ns(h)}", "--trace-interval", "30"]

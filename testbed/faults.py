@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from testbed.cluster import Cluster
+from testbed.cluster import L3_TABLE, Cluster
 from testbed.sh import run
 
 Undo = Callable[[], None]
@@ -89,15 +89,17 @@ def rate_limit(cluster: Cluster, link: str, rate: str = "20mbit", load_mbit: int
 
 
 def delete_overlay_rule(cluster: Cluster, h: int, dst_ip: str) -> Undo:
-    """Remove host h's OpenFlow rule for one overlay destination: a blackhole."""
+    """Remove host h's L3 forwarding flow for one overlay destination: the
+    covering prefix then drops it, a blackhole."""
     ovs = cluster.ovs[h]
-    flows = ovs.ofctl("dump-flows", "br0", f"ip,nw_dst={dst_ip}")
+    match = f"table={L3_TABLE},priority=100,ip,nw_dst={dst_ip}"
+    flows = ovs.ofctl("dump-flows", "br0", f"table={L3_TABLE},ip,nw_dst={dst_ip}")
     actions = [line.split("actions=")[1].strip() for line in flows.splitlines()
-               if "actions=" in line]
+               if "actions=" in line and "priority=100" in line]
     if not actions:
         raise KeyError(f"host {h} has no rule for {dst_ip}")
-    ovs.ofctl("del-flows", "br0", "--strict", f"priority=100,ip,nw_dst={dst_ip}")
+    ovs.ofctl("del-flows", "br0", "--strict", match)
 
     def undo() -> None:
-        ovs.ofctl("add-flow", "br0", f"priority=100,ip,nw_dst={dst_ip},actions={actions[0]}")
+        ovs.ofctl("add-flow", "br0", f"{match},actions={actions[0]}")
     return undo

@@ -182,3 +182,63 @@ def test_active_check_through_netdiag(topo_file, topo_doc, tmp_path, sock):
             a.stop()
         ana.stop(0)
         ctl.stop(0)
+
+
+FAKE_OFCTL = """#!/bin/sh
+# An ovs-ofctl that misbehaves before it answers: garbage, a failure, a hang-up
+# mid-table, then a good table.
+n=$(cat "$STATE" 2>/dev/null || echo 0)
+if [ "$1" = "show" ]; then
+  printf ' 1(c0e0): addr:aa:bb:cc:dd:ee:01\\n 100(vx7): addr:aa:bb:cc:dd:ee:02\\n'
+  exit 0
+fi
+n=$((n + 1)); echo $n > "$STATE"
+case $n in
+  1) echo 'Segmentation fault (core dumped) <<<garbage>>>' ;;
+  2) echo 'ovs-ofctl: br0.mgmt: failed to connect to socket (Connection refused)' >&2; exit 1 ;;
+  3) printf 'NXST_FLOW reply (xid=0x4):\\n cookie=0x0, table=0, priority=100,'
+     printf 'ip,nw_dst=192.168.10.9 actions=outp' ;;
+  *) printf 'NXST_FLOW reply (xid=0x4):\\n cookie=0x0, duration=1.0s, table=0, n_packets=0, '
+     printf 'n_bytes=0, priority=100,ip,nw_dst=192.168.10.9 actions=output:1\\n' ;;
+esac
+"""
+
+
+def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc, tmp_path, sock,
+                                                                        topo_file, monkeypatch):
+    from prometheus_client import REGISTRY
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ovs-ofctl").write_text(FAKE_OFCTL)
+    (bin_dir / "ovs-ofctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("STATE", str(tmp_path / "calls"))
+    failures = "netskel_agent_vswitch_dump_failures_total"
+    before = REGISTRY.get_sample_value(failures) or 0.0
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
+                                            db=str(tmp_path / "c.sqlite"), window_seconds=1,
+                                            heartbeat_interval_ms=200))
+    channel = grpc.insecure_channel(sock)
+    stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest())
+    agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
+                            vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05))
+    try:
+        agent.start()
+        dump = None
+        for ev in stream:
+            if ev.HasField("vswitch"):
+                dump = serde.vswitch_from_pb(ev.vswitch)
+                break
+        assert dump is not None and dump.host == topo_doc["containers"][0]["host"]
+        assert [(r.dst, r.action, r.to) for r in dump.rules] == [("192.168.10.9", "deliver",
+                                                                   "c0e0")]
+        # Three bad dumps (garbage, a failed command, a table cut mid-line) came
+        # first: each counted, none sent, and the loop went on.
+        assert (REGISTRY.get_sample_value(failures) or 0.0) - before >= 3
+        assert int((tmp_path / "calls").read_text()) >= 4
+    finally:
+        stream.cancel()
+        channel.close()
+        agent.stop()
+        ctl.stop()

@@ -1,0 +1,83 @@
+"""What reading a host's virtual switch costs the agent: a testbed-style
+multi-table pipeline (testbed/cluster.py: overlay_pipeline) for a host
+of a cluster with HOSTS hosts x 8 rails, i.e. one L3 flow per overlay
+destination, as `ovs-ofctl dump-flows` prints it.
+
+Figures: reading the dump (our reader) against the ovs library's parser
+alone on the same lines (the baseline, same run); running the pipeline to
+the contract's rules (what the agent does when the table changed; an
+unchanged table is not run again); the median of --repeat runs.
+
+    python bench/vswitch.py [--hosts 64 250] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def dump_text(hosts: int) -> tuple[str, str]:
+    from testbed.cluster import overlay_pipeline
+    from testbed.layout import Layout
+
+    lay = Layout(hosts=hosts, rails=8, hosts_per_tor=16, spines=8)
+    lines = ["NXST_FLOW reply (xid=0x4):"]
+    for f in overlay_pipeline(lay, 0, {r: r + 1 for r in range(8)}):
+        head, actions = f.split(",actions=")
+        table, match = head.split(",", 1)
+        lines.append(f" cookie=0x0, duration=12.5s, {table}, n_packets=0, n_bytes=0, idle_age=3, "
+                     f"{match} actions={actions}")
+    show = "".join(f" {r + 1}(c0e{r}): addr:02:00:00:00:00:0{r}\n" for r in range(8))
+    return "\n".join(lines) + "\n", show + " 100(vx7): addr:02:00:00:00:00:ff\n"
+
+
+def measure(hosts: int, repeat: int) -> dict[str, float | int]:
+    from ovs.flow.ofp import OFPFlow
+
+    from netskel.ofdump import read_dump
+    from probe_agent.vswitch import parse_dump_flows
+
+    text, show = dump_text(hosts)
+    flow_lines = [ln.strip() for ln in text.splitlines() if "actions=" in ln]
+    base, read, full = [], [], []
+    rules = 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for ln in flow_lines:
+            OFPFlow(ln)
+        t1 = time.perf_counter()
+        read_dump(text)
+        t2 = time.perf_counter()
+        got = parse_dump_flows(text, (100,), 7, show)
+        t3 = time.perf_counter()
+        base.append(t1 - t0)
+        read.append(t2 - t1)
+        full.append(t3 - t2)
+        rules = len(got.rules)
+    b, r, f = (statistics.median(x) for x in (base, read, full))
+    return {"hosts": hosts, "flows": len(flow_lines), "rules": rules,
+            "ovs_parse_s": round(b, 3), "read_s": round(r, 3),
+            "read_vs_ovs_parse": round(r / b, 2), "read_and_run_s": round(f, 3),
+            "run_ms_per_destination": round(1000 * (f - r) / max(1, rules), 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--hosts", type=int, nargs="+", default=[64, 250])
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    out = [measure(h, a.repeat) for h in a.hosts]
+    for row in out:
+        print(json.dumps(row), file=sys.stderr)
+    print(json.dumps({"bench": "vswitch", "sizes": out}))
+
+
+if __name__ == "__main__":
+    main()
