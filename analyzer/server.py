@@ -22,7 +22,7 @@ from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
 from netskel.backoff import Backoff
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, UnavailableError
-from netskel.grpcserver import make_server
+from netskel.grpcserver import AioServer, make_server
 from netskel.model import WindowStats, pair_key
 from netskel.topology import load_topology
 
@@ -32,7 +32,7 @@ SERVICE = "netskel.api.v1.NetDiag"
 
 @dataclass
 class RunningAnalyzer:
-    server: grpc.Server
+    server: AioServer
     ports: list[int]
     engine: Analyzer
     lock: threading.Lock

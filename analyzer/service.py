@@ -2,49 +2,51 @@
 
 from __future__ import annotations
 
-import queue
+import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
 from analyzer.engine import Analyzer
 from analyzer.localize import Pair
-from netskel import serde
+from netskel import metrics, serde
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
-from netskel.errors import UnavailableError
-from netskel.grpcserver import map_errors
+from netskel.errors import InputError, UnavailableError
+from netskel.grpcserver import Mailbox, Overflow, blocking, map_errors
 from netskel.model import Incident, WindowStats
 
-POLL_S = 0.5
+Ctx = grpc.aio.ServicerContext[Any, Any]
+POLL_S = 5.0           # how often an idle stream checks that its client is still there
+WATCH_QUEUE = 10_000   # incident changes a watcher may fall behind before it is cut off
+MAX_DIAGNOSE_ITEMS = 100_000  # endpoints + pairs in one Diagnose
 
 
 class IncidentHub:
-    """Fans incident changes out to WatchIncidents streams."""
+    """Fans incident changes out to WatchIncidents streams, each bounded."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._subs: list[queue.Queue[Incident]] = []
+        self._subs: list[Mailbox[Incident]] = []
 
     def publish(self, incidents: list[Incident]) -> None:
         with self._lock:
-            for q in self._subs:
+            for box in self._subs:
                 for i in incidents:
-                    q.put(i)
+                    box.offer(i)
 
-    def subscribe(self) -> queue.Queue[Incident]:
-        q: queue.Queue[Incident] = queue.Queue()
+    def subscribe(self, box: Mailbox[Incident]) -> None:
         with self._lock:
-            self._subs.append(q)
-        return q
+            self._subs.append(box)
 
-    def unsubscribe(self, q: queue.Queue[Incident]) -> None:
+    def unsubscribe(self, box: Mailbox[Incident]) -> None:
         with self._lock:
-            if q in self._subs:
-                self._subs.remove(q)
+            if box in self._subs:
+                self._subs.remove(box)
 
 
 # Runs an active check through the controller: (pairs, probing seconds) ->
@@ -67,9 +69,15 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
         self.clock = clock
 
     @map_errors
-    def Diagnose(self, request: dpb.DiagnoseRequest, context: grpc.ServicerContext
-                 ) -> dpb.DiagnoseResponse:
+    async def Diagnose(self, request: dpb.DiagnoseRequest, context: Ctx
+                       ) -> dpb.DiagnoseResponse:
+        return await blocking(self._diagnose, request)
+
+    def _diagnose(self, request: dpb.DiagnoseRequest) -> dpb.DiagnoseResponse:
         endpoints, pairs = list(request.endpoints), serde.pairs_from_pb(request.pairs)
+        if len(endpoints) + len(pairs) > MAX_DIAGNOSE_ITEMS:
+            raise InputError(f"Diagnose: at most {MAX_DIAGNOSE_ITEMS} endpoints and pairs per "
+                             f"call, got {len(endpoints) + len(pairs)}")
         if request.active_check:
             with self.lock:
                 checked = self.engine.check_pairs(endpoints, pairs)
@@ -90,8 +98,11 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
                    for v in d.pairs])
 
     @map_errors
-    def PairHistory(self, request: dpb.PairHistoryRequest, context: grpc.ServicerContext
-                    ) -> dpb.PairHistoryResponse:
+    async def PairHistory(self, request: dpb.PairHistoryRequest, context: Ctx
+                          ) -> dpb.PairHistoryResponse:
+        return await blocking(self._pair_history, request)
+
+    def _pair_history(self, request: dpb.PairHistoryRequest) -> dpb.PairHistoryResponse:
         a, b = request.pair.a, request.pair.b
         with self.lock:
             self.engine.require_known((a, b), "PairHistory")
@@ -102,21 +113,31 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
             for p in points])
 
     @map_errors
-    def ListIncidents(self, request: dpb.ListIncidentsRequest, context: grpc.ServicerContext
-                      ) -> dpb.ListIncidentsResponse:
+    async def ListIncidents(self, request: dpb.ListIncidentsRequest, context: Ctx
+                            ) -> dpb.ListIncidentsResponse:
+        return await blocking(self._list_incidents, request)
+
+    def _list_incidents(self, request: dpb.ListIncidentsRequest) -> dpb.ListIncidentsResponse:
         with self.lock:
             found = self.engine.list_incidents(request.open_only, request.since)
             return dpb.ListIncidentsResponse(incidents=[serde.incident_to_pb(i) for i in found])
 
-    def WatchIncidents(self, request: dpb.WatchIncidentsRequest, context: grpc.ServicerContext
-                       ) -> Iterator[cpb.Incident]:
-        q = self.hub.subscribe()
+    async def WatchIncidents(self, request: dpb.WatchIncidentsRequest, context: Ctx
+                             ) -> AsyncIterator[cpb.Incident]:
+        box: Mailbox[Incident] = Mailbox(asyncio.get_running_loop(), WATCH_QUEUE)
+        self.hub.subscribe(box)
         try:
-            while context.is_active():
+            while not context.done():
                 try:
-                    inc = q.get(timeout=POLL_S)
-                except queue.Empty:
-                    continue
-                yield serde.incident_to_pb(inc)
+                    inc = await box.get(POLL_S)
+                except Overflow:  # cut off, counted: it lists and watches again
+                    metrics.STREAM_OVERFLOWS.labels(stream="incidents").inc()
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                        f"fell {box.maxsize} incident changes behind; "
+                                        "list and watch again")
+                    return
+                if inc is not None:
+                    yield serde.incident_to_pb(inc)
         finally:
-            self.hub.unsubscribe(q)
+            box.close()
+            self.hub.unsubscribe(box)

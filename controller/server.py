@@ -7,15 +7,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-import grpc
-
 from controller.live import run_live_inference
 from controller.service import ControllerService
 from controller.state import ControllerState
 from controller.store import Store
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.config import ControllerConfig
-from netskel.grpcserver import make_server
+from netskel.grpcserver import AioServer, make_server
 from netskel.topology import load_switch_addresses, load_topology
 
 log = logging.getLogger(__name__)
@@ -24,7 +22,7 @@ SERVICE = "netskel.api.v1.Controller"
 
 @dataclass
 class RunningController:
-    server: grpc.Server
+    server: AioServer
     ports: list[int]
     state: ControllerState
     store: Store

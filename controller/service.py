@@ -3,24 +3,27 @@ encode. No logic of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
 from controller.state import ControllerState, ListUpdate, ReportEvent
-from netskel import serde
+from netskel import metrics, serde
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.errors import InputError, NotFoundError
-from netskel.grpcserver import map_errors, map_errors_stream
+from netskel.grpcserver import Mailbox, Overflow, blocking, map_errors, map_errors_stream
 from netskel.model import AgentState, VSwitchDump, WindowStats
 
 log = logging.getLogger(__name__)
-POLL_S = 0.5  # how often a blocked stream notices its client went away
+Ctx = grpc.aio.ServicerContext[Any, Any]
+POLL_S = 5.0  # how often an idle stream checks that its client is still there
+LIST_QUEUE = 256  # list updates an agent may fall behind before it is resynced
 DEFAULT_CHECK_S = 3.0  # active check: probing time when the caller names none
 MAX_CHECK_S = 30.0
 CHECK_SLACK_S = 9.0    # beyond the probing time: probe timeout, route traces, reporting
@@ -46,79 +49,83 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.clock = clock
 
     @map_errors
-    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext
-                 ) -> pb.RegisterResponse:
-        self.state.register(serde.registration_from_pb(request), self.clock())
+    async def Register(self, request: pb.RegisterRequest, context: Ctx) -> pb.RegisterResponse:
+        await blocking(self.state.register, serde.registration_from_pb(request), self.clock())
         log.info("registered %s (%d endpoints)", request.container, len(request.endpoints))
         return pb.RegisterResponse(heartbeat_interval_ms=self.heartbeat_interval_ms,
                                    window_seconds=self.window_seconds,
                                    switch_addresses=self.switch_addresses)
 
     @map_errors
-    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
-                  ) -> pb.HeartbeatResponse:
-        return pb.HeartbeatResponse(known=self.state.heartbeat(request.container, request.ready,
-                                                               self.clock()))
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
+        known = await blocking(self.state.heartbeat, request.container, request.ready,
+                               self.clock())
+        return pb.HeartbeatResponse(known=known)
 
     @map_errors
-    def Deregister(self, request: pb.DeregisterRequest, context: grpc.ServicerContext
-                   ) -> pb.DeregisterResponse:
-        self.state.deregister(request.container, self.clock())
+    async def Deregister(self, request: pb.DeregisterRequest, context: Ctx
+                         ) -> pb.DeregisterResponse:
+        await blocking(self.state.deregister, request.container, self.clock())
         return pb.DeregisterResponse()
 
     @map_errors_stream
-    def WatchPingList(self, request: pb.WatchPingListRequest, context: grpc.ServicerContext
-                      ) -> Iterator[pb.PingListUpdate]:
-        q, snapshot = self.state.subscribe_list(request.container)
+    async def WatchPingList(self, request: pb.WatchPingListRequest, context: Ctx
+                            ) -> AsyncIterator[pb.PingListUpdate]:
+        box: Mailbox[ListUpdate] = Mailbox(asyncio.get_running_loop(), LIST_QUEUE)
+        snapshot = await blocking(self.state.subscribe_list, request.container, box)
         try:
             yield serde.list_update_to_pb(snapshot)
-            while context.is_active():
+            while not context.done():
                 try:
-                    update: ListUpdate = q.get(timeout=POLL_S)
-                except queue.Empty:
-                    continue
-                yield serde.list_update_to_pb(update)
+                    update = await box.get(POLL_S)
+                except Overflow:  # the agent fell behind: it gets the whole list again
+                    metrics.STREAM_OVERFLOWS.labels(stream="pinglist").inc()
+                    box.reset()
+                    update = await blocking(self.state.list_snapshot, request.container)
+                if update is not None:
+                    yield serde.list_update_to_pb(update)
         finally:
-            self.state.unsubscribe_list(request.container, q)
+            box.close()
+            await blocking(self.state.unsubscribe_list, request.container, box)
 
-    def Report(self, request_iterator: Iterator[pb.AgentReport], context: grpc.ServicerContext
-               ) -> pb.ReportAck:
+    async def Report(self, request_iterator: AsyncIterator[pb.AgentReport], context: Ctx
+                     ) -> pb.ReportAck:
         accepted = rejected = 0
-        for report in request_iterator:
+        async for report in request_iterator:
             try:
-                kind = report.WhichOneof("body")
-                if kind == "windows":
-                    a, r = self.state.accept_windows(
-                        report.container, [serde.window_from_pb(w) for w in report.windows.windows])
-                elif kind == "vswitch":
-                    a, r = self.state.accept_vswitch(report.container,
-                                                     serde.vswitch_from_pb(report.vswitch))
-                elif kind == "check":
-                    a, r = self.state.accept_check(
-                        report.container, report.check.id,
-                        [serde.window_from_pb(w) for w in report.check.windows])
-                elif kind == "counters":
-                    a, r = self.state.accept_counters(
-                        report.container,
-                        [serde.counter_from_pb(s) for s in report.counters.samples])
-                else:
-                    a, r = 0, 1
+                a, r = await blocking(self._accept, report)
             except NotFoundError as e:
-                context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
             accepted += a
             rejected += r
         return pb.ReportAck(accepted=accepted, rejected=rejected)
 
+    def _accept(self, report: pb.AgentReport) -> tuple[int, int]:
+        kind = report.WhichOneof("body")
+        if kind == "windows":
+            return self.state.accept_windows(
+                report.container, [serde.window_from_pb(w) for w in report.windows.windows])
+        if kind == "vswitch":
+            return self.state.accept_vswitch(report.container,
+                                             serde.vswitch_from_pb(report.vswitch))
+        if kind == "check":
+            return self.state.accept_check(report.container, report.check.id,
+                                           [serde.window_from_pb(w) for w in report.check.windows])
+        if kind == "counters":
+            return self.state.accept_counters(
+                report.container, [serde.counter_from_pb(s) for s in report.counters.samples])
+        return 0, 1
+
     @map_errors
-    def ActiveCheck(self, request: pb.ActiveCheckRequest, context: grpc.ServicerContext
-                    ) -> pb.ActiveCheckResponse:
+    async def ActiveCheck(self, request: pb.ActiveCheckRequest, context: Ctx
+                          ) -> pb.ActiveCheckResponse:
         duration = request.duration_s or DEFAULT_CHECK_S
         if not 0 < duration <= MAX_CHECK_S:
             raise InputError(f"ActiveCheck: duration_s must be in (0, {MAX_CHECK_S}]")
         timeout = request.timeout_s or duration + CHECK_SLACK_S
-        check_id, unchecked = self.state.start_check(
-            [(p.a, p.b) for p in request.pairs], duration, CHECK_RATE_HZ)
-        windows, silent = self.state.wait_check(check_id, timeout)
+        check_id, unchecked = await blocking(
+            self.state.start_check, [(p.a, p.b) for p in request.pairs], duration, CHECK_RATE_HZ)
+        windows, silent = await blocking(self.state.wait_check, check_id, timeout)
         if silent:
             log.warning("check %s: no results from %s", check_id, ", ".join(silent))
         return pb.ActiveCheckResponse(
@@ -129,14 +136,20 @@ class ControllerService(pb_grpc.ControllerServicer):
                                 reason="the prober's agent did not report in time")
                for p in request.pairs if _prober_silent(p.a, p.b, windows, silent, unchecked)])
 
-    def WatchReports(self, request: pb.WatchReportsRequest, context: grpc.ServicerContext
-                     ) -> Iterator[pb.ReportEvent]:
-        q = self.state.subscribe_feed(self.clock())
+    async def WatchReports(self, request: pb.WatchReportsRequest, context: Ctx
+                           ) -> AsyncIterator[pb.ReportEvent]:
+        box: Mailbox[ReportEvent] = Mailbox(asyncio.get_running_loop(), self.state.feed_queue)
+        await blocking(self.state.subscribe_feed, self.clock(), box)
         try:
-            while context.is_active():
+            while not context.done():
                 try:
-                    event: ReportEvent = q.get(timeout=POLL_S)
-                except queue.Empty:
+                    event = await box.get(POLL_S)
+                except Overflow:  # cut off, counted: it reconnects and starts afresh
+                    metrics.STREAM_OVERFLOWS.labels(stream="reports").inc()
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                        f"fell {box.maxsize} events behind; reconnect")
+                    return
+                if event is None:
                     continue
                 if isinstance(event, AgentState):
                     yield pb.ReportEvent(agent=serde.agent_state_to_pb(event))
@@ -146,4 +159,5 @@ class ControllerService(pb_grpc.ControllerServicer):
                     yield pb.ReportEvent(windows=pb.WindowBatch(
                         windows=[serde.window_to_pb(w) for w in event]))
         finally:
-            self.state.unsubscribe_feed(q)
+            box.close()
+            await blocking(self.state.unsubscribe_feed, box)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from controller.pinglist import (
     JobSkeleton,
@@ -62,6 +62,14 @@ class _PendingCheck:
 
 
 ReportEvent = Sequence[WindowStats] | AgentState | VSwitchDump
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Sink(Protocol[T_contra]):
+    """Where a stream's items go (netskel.grpcserver.Mailbox): bounded, never
+    blocking; False when the item was not taken."""
+
+    def offer(self, item: T_contra) -> bool: ...
 
 
 class ControllerState:
@@ -70,10 +78,10 @@ class ControllerState:
         self.topo = topo
         self.store = store
         self.heartbeat_timeout = heartbeat_timeout
-        self._feed_queue = feed_queue
+        self.feed_queue = feed_queue  # events a slow analyzer may fall behind before it is cut off
         self._lock = threading.RLock()
-        self._list_subs: dict[str, list[queue.Queue[ListUpdate]]] = {}
-        self._feed_subs: list[queue.Queue[ReportEvent]] = []
+        self._list_subs: dict[str, list[Sink[ListUpdate]]] = {}
+        self._feed_subs: list[Sink[ReportEvent]] = []
         self.counters: dict[str, deque[CounterSample]] = {}
         self._live: dict[str, bool] = {}
         self.regs: dict[str, Registration] = {}
@@ -129,7 +137,7 @@ class ControllerState:
                 self.versions[cid] = version
                 changed[cid] = (version, new)
                 for q in self._list_subs.get(cid, []):
-                    q.put(ListUpdate(version=version, full=False, diff=d))
+                    q.offer(ListUpdate(version=version, full=False, diff=d))
         self.lists = new_lists
         for cid in [c for c in self.versions if c not in new_lists]:
             del self.versions[cid]
@@ -251,24 +259,28 @@ class ControllerState:
             return sorted({r.job for r in self.regs.values() if r.job})
 
     # -- ping-list streams --------------------------------------------------
-    def subscribe_list(self, container: str) -> tuple[queue.Queue[ListUpdate], ListUpdate]:
-        """A queue of future diffs plus the full list now, atomically."""
+    def subscribe_list(self, container: str, sink: Sink[ListUpdate]) -> ListUpdate:
+        """Future diffs go to `sink`; the full list now is returned, atomically."""
+        with self._lock:
+            snapshot = self.list_snapshot(container)
+            self._list_subs.setdefault(container, []).append(sink)
+            return snapshot
+
+    def list_snapshot(self, container: str) -> ListUpdate:
+        """The whole list now (a new stream, or one that fell behind)."""
         with self._lock:
             if container not in self.lists:
                 raise NotFoundError(f"unknown container '{container}'")
-            q: queue.Queue[ListUpdate] = queue.Queue()
-            self._list_subs.setdefault(container, []).append(q)
             plist = self.lists[container]
-            snapshot = ListUpdate(version=self.versions[container], full=True,
-                                  diff=ListDiff(upsert=tuple(plist[k] for k in sorted(plist)),
-                                                remove=()))
-            return q, snapshot
+            return ListUpdate(version=self.versions[container], full=True,
+                              diff=ListDiff(upsert=tuple(plist[k] for k in sorted(plist)),
+                                            remove=()))
 
-    def unsubscribe_list(self, container: str, q: queue.Queue[ListUpdate]) -> None:
+    def unsubscribe_list(self, container: str, sink: Sink[ListUpdate]) -> None:
         with self._lock:
             subs = self._list_subs.get(container, [])
-            if q in subs:
-                subs.remove(q)
+            if sink in subs:
+                subs.remove(sink)
 
     # -- active checks ------------------------------------------------------
     def start_check(self, pairs: Sequence[tuple[str, str]], duration_s: float, rate_hz: float
@@ -296,8 +308,8 @@ class ControllerState:
             for cid, targets in orders.items():
                 order = CheckOrder(check_id, tuple(targets), duration_s, rate_hz)
                 for q in self._list_subs[cid]:
-                    q.put(ListUpdate(version=self.versions[cid], full=False,
-                                     diff=ListDiff(upsert=(), remove=()), check=order))
+                    q.offer(ListUpdate(version=self.versions[cid], full=False,
+                                       diff=ListDiff(upsert=(), remove=()), check=order))
             if not orders:
                 pending.done.set()
             return check_id, unchecked
@@ -383,23 +395,19 @@ class ControllerState:
             metrics.REPORTS_ACCEPTED.labels(kind="vswitch").inc()
             return 1, 0
 
-    def subscribe_feed(self, now: float) -> queue.Queue[ReportEvent]:
+    def subscribe_feed(self, now: float, sink: Sink[ReportEvent]) -> None:
         """Reports for the analyzer, starting with every agent's state."""
         with self._lock:
-            q: queue.Queue[ReportEvent] = queue.Queue(maxsize=self._feed_queue)
             for s in self.agent_states(now):
-                q.put(s)
-            self._feed_subs.append(q)
-            return q
+                sink.offer(s)
+            self._feed_subs.append(sink)
 
-    def unsubscribe_feed(self, q: queue.Queue[ReportEvent]) -> None:
+    def unsubscribe_feed(self, sink: Sink[ReportEvent]) -> None:
         with self._lock:
-            if q in self._feed_subs:
-                self._feed_subs.remove(q)
+            if sink in self._feed_subs:
+                self._feed_subs.remove(sink)
 
     def _publish(self, event: ReportEvent) -> None:
         for q in self._feed_subs:
-            try:
-                q.put_nowait(event)
-            except queue.Full:
+            if not q.offer(event):
                 metrics.FEED_DROPPED.inc()

@@ -14,6 +14,9 @@ PINGLIST_ACTIVE = Gauge("netskel_pinglist_active_targets", "Targets whose agent 
 REPORTS_ACCEPTED = Counter("netskel_reports_accepted_total", "Report items accepted", ["kind"])
 REPORTS_REJECTED = Counter("netskel_reports_rejected_total", "Report items rejected", ["kind"])
 FEED_DROPPED = Counter("netskel_feed_dropped_total", "Report events dropped for a slow analyzer")
+STREAM_OVERFLOWS = Counter("netskel_stream_overflows_total",
+                           "Streams whose client fell too far behind: a ping list resent whole, "
+                           "a report feed or incident watch cut off", ["stream"])
 
 # agent
 VSWITCH_DUMP_FAILURES = Counter("netskel_agent_vswitch_dump_failures_total",
