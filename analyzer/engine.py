@@ -30,6 +30,7 @@ from analyzer.history import PairHistory
 from analyzer.localize import Finding, Pair, localize, worst_symptom
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
+from analyzer.store import IncidentStore
 from netskel import metrics
 from netskel.arrays import unique
 from netskel.config import AnalyzerConfig
@@ -45,6 +46,7 @@ MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" cred
 # How certain a component type is, when two findings name the same pairs: an
 # agent that stopped, a rule the tables show broken or a NIC whose offloaded
 # table disagrees are facts; a link is a vote; an endpoint is a guess.
+DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is what matters)
 _RANK = {"agent": 5, "vswitch_rule": 4, "nic": 3, "switch": 2, "link": 2, "host": 2,
          "endpoint": 0}
 
@@ -132,8 +134,12 @@ class Analyzer:
         self._pair_groups: dict[Pair, list[int]] = {}
         self._group_ids: dict[tuple[str, str, str], int] = {}
         self.dead: set[str] = set()
+        # Endpoints whose agent deregistered (left on purpose), and when:
+        # probes toward them around that time are lost by design.
+        self.departed: dict[str, float] = {}
         self.known_endpoints: set[str] = set(topo.endpoints)
         self._seq = 0
+        self._store: IncidentStore | None = None
         self.processed_until = 0.0
 
     # -- input ----------------------------------------------------------------
@@ -148,6 +154,8 @@ class Analyzer:
             reason = None if trusted else w.problem()
             if reason is None and w.window_end <= self.processed_until:
                 reason = "window arrived after its time was analysed"
+            if reason is None and self.departed and self._after_departure(w):
+                continue  # its peer left on purpose: not evidence of anything
             if reason is not None:
                 rejected.append(f"{w.src}->{w.dst}: {reason}")
                 continue
@@ -164,6 +172,20 @@ class Analyzer:
             self.dead.update(state.endpoints)
         else:  # deregistered: gone on purpose, not a fault
             self.dead.difference_update(state.endpoints)
+            self.departed.update({e: state.last_heartbeat for e in state.endpoints})
+            if len(self.departed) > DEPARTED_KEPT:  # containers come and go: forget the oldest
+                for e, _ in sorted(self.departed.items(), key=lambda x: x[1])[:len(self.departed)
+                                                                              - DEPARTED_KEPT]:
+                    del self.departed[e]
+        if state.registered:
+            for e in state.endpoints:
+                self.departed.pop(e, None)
+
+    def _after_departure(self, w: WindowStats) -> bool:
+        """A window that overlaps (or follows) one of its ends leaving."""
+        span = w.window_end - w.window_start
+        return any(e in self.departed and w.window_end > self.departed[e] - span
+                   for e in (w.src, w.dst))
 
     def set_vswitch(self, dump: VSwitchDump) -> None:
         """A live table from the host's agent replaces that host's snapshot."""
@@ -190,8 +212,43 @@ class Analyzer:
         if progress is not None and due:
             progress("analysing windows", len(due), len(due))
         self._prune(now)
+        removed = self._retire(now)
+        if self._store is not None and (changed or removed):
+            where = {**{v: "short" for v in self._open.values()},
+                     **{v: "drift" for v in self._open_drift.values()}}
+            self._store.save([(i, where.get(i.id, "")) for i in changed.values()], self._seq,
+                             removed)
         metrics.INCIDENTS_OPEN.set(sum(1 for i in self.incidents.values() if i.end is None))
         return list(changed.values())
+
+    def attach_store(self, store: IncidentStore) -> None:
+        """Incidents from before a restart: open ones stay open under their
+        ids (their component is their key again); new ids follow the last."""
+        incidents, seq = store.load()
+        self._store = store
+        self._seq = max(self._seq, seq)
+        for inc, where in incidents:
+            self.incidents[inc.id] = inc
+            key = (inc.component.type, inc.component.id)
+            if where == "short":
+                self._open[key] = inc.id
+            elif where == "drift":
+                self._open_drift[key] = inc.id
+        if incidents:
+            log.info("%d incidents from before the restart (%d open)", len(incidents),
+                     sum(1 for _, w in incidents if w))
+
+    def _retire(self, now: float) -> list[str]:
+        """Closed incidents past their retention (count and age) are removed."""
+        closed = sorted((i.end or 0.0, i.id) for i in self.incidents.values() if i.end is not None)
+        if not closed:
+            return []
+        too_many = max(0, len(closed) - self.cfg.incidents_kept)
+        oldest = now - self.cfg.incidents_max_age_s if math.isfinite(now) else -math.inf
+        gone = [iid for k, (end, iid) in enumerate(closed) if k < too_many or end < oldest]
+        for iid in gone:
+            del self.incidents[iid]
+        return gone
 
     def flush(self, progress: Callable[[str, int, int], None] | None = None) -> list[Incident]:
         """Analyse everything pending (offline: the recording is complete)."""

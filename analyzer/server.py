@@ -13,6 +13,7 @@ import grpc
 from analyzer.engine import Analyzer
 from analyzer.localize import Pair
 from analyzer.service import CheckRunner, IncidentHub, NetDiagService
+from analyzer.store import IncidentStore
 from analyzer.web import SkeletonSource, WebServer
 from netskel import serde
 from netskel.api.v1 import common_pb2 as cpb
@@ -39,6 +40,7 @@ class RunningAnalyzer:
     _stop: threading.Event
     _threads: list[threading.Thread]
     web: WebServer | None = None
+    store: IncidentStore | None = None
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
@@ -47,6 +49,8 @@ class RunningAnalyzer:
         self.server.stop(grace).wait()
         for t in self._threads:
             t.join(timeout=5)
+        if self.store is not None:
+            self.store.close()
 
 
 def _follow_feed(cfg: AnalyzerConfig, engine: Analyzer, lock: threading.Lock,
@@ -103,6 +107,9 @@ def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0,
     state, when both run in one process)."""
     topo = load_topology(cfg.topology)
     engine = Analyzer(topo, cfg)
+    store = IncidentStore(cfg.db) if cfg.db else None
+    if store is not None:
+        engine.attach_store(store)
     lock = threading.Lock()
     hub = IncidentHub()
     service = NetDiagService(engine, lock, hub, run_check=controller_checks(cfg.controller))
@@ -134,4 +141,4 @@ def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0,
         log.info("analyzer web page on http://%s:%d/", host or "127.0.0.1", web.port)
     log.info("analyzer serving NetDiag on %s", ports)
     return RunningAnalyzer(server=server, ports=ports, engine=engine, lock=lock, _stop=stop,
-                           _threads=threads, web=web)
+                           _threads=threads, web=web, store=store)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from netskel.errors import InputError
@@ -32,9 +33,9 @@ class Registration:
         return replace(self, ready=ready, last_heartbeat=now)
 
 
-def validate_registration(reg: Registration, topo: Topology,
-                          others: dict[str, Registration]) -> None:
+def validate_registration(reg: Registration, topo: Topology, owners: Mapping[str, str]) -> None:
     """Raise InputError when the agent's identity contradicts what we know.
+    `owners`: endpoint id -> the registered container holding it.
 
     A container absent from the topology snapshot may join (containers come
     and go), but its host and NICs must exist."""
@@ -54,17 +55,16 @@ def validate_registration(reg: Registration, topo: Topology,
         if {e.id for e in known.endpoints} != {e.id for e in reg.endpoints}:
             raise InputError(f"registration of '{reg.container}': endpoints differ from the "
                              "topology's")
-    taken = {e.id: c for c, r in others.items() if c != reg.container for e in r.endpoints}
-    taken.update({e.id: c.id for c in topo.containers.values() if c.id != reg.container
-                  for e in c.endpoints})
     seen: set[str] = set()
     for e in reg.endpoints:
         if not e.id or e.id in seen:
             raise InputError(f"registration of '{reg.container}': empty or repeated endpoint id")
         seen.add(e.id)
-        if e.id in taken:
+        topo_ep = topo.endpoints.get(e.id)
+        owner = owners.get(e.id) or (topo_ep.container if topo_ep is not None else None)
+        if owner is not None and owner != reg.container:
             raise InputError(f"registration of '{reg.container}': endpoint '{e.id}' belongs "
-                             f"to container '{taken[e.id]}'")
+                             f"to container '{owner}'")
         nic = topo.nics.get(e.nic)
         if nic is None:
             raise InputError(f"registration of '{reg.container}': unknown NIC '{e.nic}'")

@@ -94,6 +94,9 @@ class ControllerState:
         self._check_ids = itertools.count(1)
         # Topology containers that deregistered: gone until they register again.
         self.departed: set[str] = set()
+        self._by_job: dict[str | None, set[str]] = {}
+        self._owner: dict[str, str] = {}  # endpoint id -> registered container
+        self._targets = self._active = 0   # across all lists, for the gauges
         if store is not None:
             # A restart: registrations are kept, their heartbeats start afresh.
             self.regs = {c: r.with_heartbeat(r.ready, now)
@@ -101,6 +104,8 @@ class ControllerState:
             for c, (version, plist) in store.load_lists().items():
                 self.lists[c] = plist
                 self.versions[c] = version
+                self._count(plist, +1)
+        self._owner = {e.id: c for c, r in self.regs.items() for e in r.endpoints}
         self._recompute()
         log.info("controller state: %d registrations, %d lists",
                  len(self.regs), len(self.lists))
@@ -111,26 +116,64 @@ class ControllerState:
         return MemberEndpoint(id=id, nic=nic, host=host, rail=n.rail, ip=ip or "",
                               nic_ip=n.ip or "")
 
-    def _members(self) -> dict[str, Member]:
-        members: dict[str, Member] = {}
-        for c in self.topo.containers.values():
-            if c.id in self.departed:
-                continue
-            eps = tuple(self._member_endpoint(e.id, e.nic, c.host, e.ip) for e in c.endpoints)
-            members[c.id] = Member(id=c.id, job=c.job, host=c.host, endpoints=eps,
-                                   probe_port=0, active=False)
-        for r in self.regs.values():
+    def _member(self, cid: str) -> Member | None:
+        r = self.regs.get(cid)
+        if r is not None:
             eps = tuple(self._member_endpoint(e.id, e.nic, r.host, e.ip) for e in r.endpoints)
-            members[r.container] = Member(id=r.container, job=r.job, host=r.host, endpoints=eps,
-                                          probe_port=r.probe_port, active=r.ready)
-        return members
+            return Member(id=cid, job=r.job, host=r.host, endpoints=eps,
+                          probe_port=r.probe_port, active=r.ready)
+        c = self.topo.containers.get(cid)
+        if c is None or cid in self.departed:
+            return None
+        eps = tuple(self._member_endpoint(e.id, e.nic, c.host, e.ip) for e in c.endpoints)
+        return Member(id=cid, job=c.job, host=c.host, endpoints=eps, probe_port=0, active=False)
 
-    def _recompute(self) -> None:
-        new_lists = build_lists(self._members(), self.skeletons)
+    def _job_of(self, cid: str) -> tuple[bool, str | None]:
+        """(is a member, its job)."""
+        r = self.regs.get(cid)
+        if r is not None:
+            return True, r.job
+        c = self.topo.containers.get(cid)
+        if c is None or cid in self.departed:
+            return False, None
+        return True, c.job
+
+    def _index(self, cid: str) -> None:
+        """Keep `_by_job` right for one container after it changed."""
+        for members in self._by_job.values():
+            members.discard(cid)
+        member, job = self._job_of(cid)
+        if member:
+            self._by_job.setdefault(job, set()).add(cid)
+
+    def _recompute(self, jobs: set[str | None] | None = None, also: set[str] | None = None,
+                   ) -> None:
+        """Rebuild the lists of these jobs' containers (all jobs: None) and of
+        `also` (containers that just left a job). A list depends only on its
+        job's members, so one registration costs its job, not the cluster."""
+        if jobs is None:
+            self._by_job = {}
+            for cid in set(self.topo.containers) | set(self.regs):
+                member, job = self._job_of(cid)
+                if member:
+                    self._by_job.setdefault(job, set()).add(cid)
+            scope = set(self.lists) | {c for cs in self._by_job.values() for c in cs}
+        else:
+            scope = set(also or ())
+            for j in jobs:
+                scope |= self._by_job.get(j, set())
+        members = {cid: m for cid in scope if (m := self._member(cid)) is not None}
+        new_lists = build_lists(members, self.skeletons)
         changed: dict[str, tuple[int, PingList]] = {}
-        for cid in set(new_lists) | set(self.lists):
+        for cid in scope:
             old = self.lists.get(cid, {})
-            new = new_lists.get(cid, {})
+            new = new_lists.get(cid)
+            if new is None:  # no longer a member
+                if cid in self.lists:
+                    self._count(old, -1)
+                    del self.lists[cid]
+                self.versions.pop(cid, None)
+                continue
             d = diff_lists(old, new)
             if d or cid not in self.versions:
                 version = self.versions.get(cid, 0) + 1
@@ -138,27 +181,37 @@ class ControllerState:
                 changed[cid] = (version, new)
                 for q in self._list_subs.get(cid, []):
                     q.offer(ListUpdate(version=version, full=False, diff=d))
-        self.lists = new_lists
-        for cid in [c for c in self.versions if c not in new_lists]:
-            del self.versions[cid]
+            self._count(old, -1)
+            self._count(new, +1)
+            self.lists[cid] = new
         if changed and self.store is not None:
             self.store.save_lists(changed)
-        metrics.PINGLIST_TARGETS.set(sum(len(v) for v in self.lists.values()))
-        metrics.PINGLIST_ACTIVE.set(sum(t.active for v in self.lists.values() for t in v.values()))
+        metrics.PINGLIST_TARGETS.set(self._targets)
+        metrics.PINGLIST_ACTIVE.set(self._active)
+
+    def _count(self, plist: PingList, sign: int) -> None:
+        self._targets += sign * len(plist)
+        self._active += sign * sum(t.active for t in plist.values())
 
     def register(self, reg: Registration, now: float) -> None:
         with self._lock:
-            validate_registration(reg, self.topo, self.regs)
+            validate_registration(reg, self.topo, self._owner)
             prev = self.regs.get(reg.container)
+            _, old_job = self._job_of(reg.container)
             # Re-registering keeps readiness only if the agent says so again.
             reg = reg.with_heartbeat(ready=False, now=now)
             self.regs[reg.container] = reg
+            if prev is not None:
+                for e in prev.endpoints:
+                    self._owner.pop(e.id, None)
+            self._owner.update({e.id: reg.container for e in reg.endpoints})
             self.departed.discard(reg.container)
             self._live[reg.container] = True
             if self.store is not None:
                 self.store.save_registration(reg)
             if prev is None or prev != reg:
-                self._recompute()
+                self._index(reg.container)
+                self._recompute({old_job, reg.job}, also={reg.container})
                 self.membership_changed.set()
             self._publish(self._agent_state(reg, now))
             metrics.AGENTS_REGISTERED.set(len(self.regs))
@@ -175,7 +228,7 @@ class ControllerState:
             if reg.ready != ready:
                 if self.store is not None:
                     self.store.save_registration(self.regs[container])
-                self._recompute()
+                self._recompute({reg.job})
             if reg.ready != ready or not was_live:
                 self._publish(self._agent_state(self.regs[container], now))
             return True
@@ -187,9 +240,12 @@ class ControllerState:
                 raise NotFoundError(f"unknown container '{container}'")
             self._live.pop(container, None)
             self.departed.add(container)
+            for e in reg.endpoints:
+                self._owner.pop(e.id, None)
             if self.store is not None:
                 self.store.delete_registration(container)
-            self._recompute()
+            self._index(container)
+            self._recompute({reg.job}, also={container})
             self.membership_changed.set()
             self._publish(AgentState(container=container,
                                      endpoints=tuple(e.id for e in reg.endpoints),
@@ -252,7 +308,7 @@ class ControllerState:
                 self.skeletons.pop(job, None)
             else:
                 self.skeletons[job] = skeleton
-            self._recompute()
+            self._recompute({job})
 
     def jobs(self) -> list[str]:
         with self._lock:

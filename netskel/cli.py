@@ -105,7 +105,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
     _metrics(cfg.metrics_port)  # up only once the agent is: readiness for scrapers too
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
     _wait_for_signal()
-    agent.stop()
+    agent.stop(deregister=True)  # a clean stop leaves the cluster; a crash is an incident
     return 0
 
 
@@ -114,7 +114,7 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
     from netskel.config import AnalyzerConfig
 
     cfg = AnalyzerConfig(topology=a.topology, controller=a.controller, listen=tuple(a.listen),
-                         metrics_port=a.metrics_port, web_listen=a.web)
+                         metrics_port=a.metrics_port, web_listen=a.web, db=a.db or "")
     _metrics(cfg.metrics_port)
     running = start_analyzer(cfg)
     print(f"analyzer (NetDiag) listening on {running.ports}", flush=True)
@@ -348,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--metrics-port", type=int, default=0)
     n.add_argument("--web", default="", metavar="HOST:PORT",
                    help="serve the web page (incidents, fabric, charts) there")
+    n.add_argument("--db", help="SQLite file: incidents survive a restart (even SIGKILL)")
     n.set_defaults(fn=cmd_analyzer, listen_default=["127.0.0.1:7001"])
 
     z = sub.add_parser("analyze", help="offline: probe records -> incidents")

@@ -87,6 +87,9 @@ class AnalyzerConfig:
     drift_min_windows: int = 10        # windows a period needs to be tested or be a reference
     history_seconds: float = 900.0     # windows kept per pair for Diagnose
     metrics_port: int = 0
+    db: str = ""                       # SQLite file keeping incidents across restarts; "" = none
+    incidents_kept: int = 10_000       # closed incidents kept (the oldest go first) ...
+    incidents_max_age_s: float = 7 * 86400.0  # ... and none closed longer ago than this
 
 
 @dataclass(frozen=True)

@@ -314,9 +314,21 @@ class Agent:
             t.start()
             self._threads.append(t)
 
-    def stop(self) -> None:
+    def stop(self, deregister: bool = False) -> None:
+        """Stop probing; with `deregister` (a clean stop: SIGTERM), tell the
+        controller this container is leaving, so its peers drop it and no
+        incident opens. A crash does not: that is an agent-layer incident."""
         self.stop_event.set()
         for t in self._threads:
             t.join(timeout=5)
         self.prober.close()
         self.responder.close()
+        if deregister and self.registered:
+            try:
+                with grpc.insecure_channel(self.cfg.controller) as channel:
+                    pb_grpc.ControllerStub(channel).Deregister(
+                        pb.DeregisterRequest(container=self.cfg.container), timeout=5)
+                self.registered = False
+                log.info("deregistered %s", self.cfg.container)
+            except grpc.RpcError as e:
+                log.warning("deregistering %s: %s", self.cfg.container, e.code().name)

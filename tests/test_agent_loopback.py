@@ -242,3 +242,44 @@ def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc,
         channel.close()
         agent.stop()
         ctl.stop()
+
+
+def test_clean_stop_deregisters_and_raises_nothing(topo_file, topo_doc, tmp_path, sock):
+    """SIGTERM's path (stop with deregister): the controller forgets the
+    container, its peers drop it from their lists, and the analyzer opens no
+    incident for the probes that stop answering."""
+    import time
+
+    from analyzer.server import start_analyzer
+    from netskel.config import AnalyzerConfig
+
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
+                                            db=":memory:", window_seconds=1,
+                                            heartbeat_interval_ms=200, heartbeat_timeout_s=2))
+    ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller=sock,
+                                        listen=("127.0.0.1:0",)), tick_s=0.2)
+    agents = [Agent(agent_cfg(topo_doc, h, sock)) for h in range(4)]
+    try:
+        for a in agents:
+            a.start()
+        wait_for(lambda: all(a.targets and all(t.active for t in a.targets.values())
+                             for a in agents), 20, "every target active")
+        leaving = agents[1]
+        gone = {e["id"] for e in topo_doc["containers"][1]["endpoints"]}
+        t_leave = time.time()
+        leaving.stop(deregister=True)
+        assert leaving.cfg.container not in ctl.state.regs
+        wait_for(lambda: all(not (gone & {t.dst, t.src}) for a in (agents[0], agents[2], agents[3])
+                             for t in a.targets.values()), 10, "peers to drop the container")
+        # The analyzer goes on: windows of the remaining pair, three seconds
+        # after the departure, reach it, and still nothing is open.
+        e0, e2 = (topo_doc["containers"][h]["endpoints"][0]["id"] for h in (0, 2))
+        wait_for(lambda: ana.engine.history.points((e0, e2), t_leave + 3)
+                 or ana.engine.history.points((e2, e0), t_leave + 3), 20,
+                 "windows from after the departure")
+        assert ana.engine.list_incidents(False, 0) == []
+    finally:
+        for a in agents:
+            a.stop()
+        ana.stop(0)
+        ctl.stop(0)

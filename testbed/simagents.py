@@ -1,0 +1,288 @@
+"""Many simulated agents in one process, against a real controller over
+real gRPC: each registers, follows its ping-list stream, turns ready,
+reports windows for its targets. For load tests and `bench/agents.py`:
+what one controller does with thousands of agents, not what one agent
+measures (that is `probe_agent/`).
+
+Agents share a few channels (one per `per_channel`), as sidecars on one
+node would not, but the server sees one stream per agent either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from netskel import serde
+from netskel.api.v1 import controller_pb2 as pb
+from netskel.api.v1 import controller_pb2_grpc as pb_grpc
+from netskel.model import WindowStats
+
+
+def topology(agents: int, per_job: int = 8, hosts_per_tor: int = 32) -> dict[str, Any]:
+    """One container with one endpoint per host, all on rail 0; jobs of
+    `per_job` containers (each job's ping list is small: the load is the
+    number of agents, not a quadratic list)."""
+    tors = -(-agents // hosts_per_tor)
+    switches: list[dict[str, Any]] = [{"id": f"tor{t:04d}", "tier": "tor", "rail": 0}
+                                      for t in range(tors)]
+    switches += [{"id": f"spine{s}", "tier": "spine"} for s in range(4)]
+    links = [{"a": f"tor{t:04d}", "b": f"spine{s}"} for t in range(tors) for s in range(4)]
+    hosts, containers = [], []
+    for h in range(agents):
+        nic = f"h{h:05d}/nic0"
+        hosts.append({"id": f"h{h:05d}", "nics": [{"id": nic, "rail": 0,
+                                                   "ip": f"10.{h >> 16}.{(h >> 8) & 255}.{h & 255}"}]})
+        links.append({"a": nic, "b": f"tor{h // hosts_per_tor:04d}"})
+        containers.append({"id": f"c{h:05d}", "job": f"job{h // per_job:04d}", "host": f"h{h:05d}",
+                           "endpoints": [{"id": f"c{h:05d}/e0", "nic": nic,
+                                          "ip": f"172.{16 + (h >> 16)}.{(h >> 8) & 255}.{h & 255}",
+                                          "vni": 7}]})
+    return {"version": 1, "switches": switches, "hosts": hosts, "links": links,
+            "containers": containers}
+
+
+@dataclass
+class SimAgent:
+    container: dict[str, Any]
+    targets: dict[tuple[str, str], pb.PingTarget] = field(default_factory=dict)
+    version: int = 0
+    updates: int = 0
+    first_list_at: float = 0.0
+    registered_at: float = 0.0
+    sent: int = 0
+    accepted: int = 0
+    error: str = ""
+
+    def apply(self, u: pb.PingListUpdate) -> None:
+        if u.full:
+            self.targets = {}
+        for t in u.upsert:
+            self.targets[(t.src, t.dst)] = t
+        for t in u.remove:
+            self.targets.pop((t.src, t.dst), None)
+        self.version = u.version
+        self.updates += 1
+
+    def request(self) -> pb.RegisterRequest:
+        c = self.container
+        return pb.RegisterRequest(container=c["id"], job=c["job"], host=c["host"], probe_port=7100,
+                                  endpoints=[pb.EndpointInfo(id=e["id"], nic=e["nic"], ip=e["ip"],
+                                                             vni=e.get("vni", 0))
+                                             for e in c["endpoints"]])
+
+
+@dataclass
+class Fleet:
+    """The outcome of `run`: every agent, and the health probe's view."""
+
+    agents: list[SimAgent]
+    health_ok: int = 0
+    health_failed: int = 0
+    health_worst_s: float = 0.0
+    registered_s: float = 0.0
+    lists_s: float = 0.0
+    reports_s: float = 0.0
+    wrong: int = -1  # agents whose list differs from the expected one after settling
+
+
+async def _health(target: str, stop: asyncio.Event, fleet: Fleet, every: float) -> None:
+    async with grpc.aio.insecure_channel(target) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                r = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2.0)
+                ok = r.status == health_pb2.HealthCheckResponse.SERVING
+            except grpc.aio.AioRpcError:
+                ok = False
+            fleet.health_worst_s = max(fleet.health_worst_s, time.perf_counter() - t0)
+            if ok:
+                fleet.health_ok += 1
+            else:
+                fleet.health_failed += 1
+            try:
+                await asyncio.wait_for(stop.wait(), every)
+            except TimeoutError:
+                pass
+
+
+async def _agent(stub: Any, a: SimAgent, go_ready: asyncio.Event,
+                 got_list: asyncio.Event, done: asyncio.Event, reports: int,
+                 t0: float) -> None:
+    await stub.Register(a.request(), timeout=120)
+    a.registered_at = time.perf_counter() - t0
+    cid = a.container["id"]
+    stream = stub.WatchPingList(pb.WatchPingListRequest(container=cid))
+
+    async def follow() -> None:
+        try:
+            async for u in stream:
+                a.apply(u)
+                if not a.first_list_at:
+                    a.first_list_at = time.perf_counter() - t0
+                    got_list.set()
+        except grpc.aio.AioRpcError as e:
+            if not done.is_set():
+                a.error = f"ping-list stream: {e.code().name}: {e.details()}"
+                got_list.set()
+
+    reader = asyncio.create_task(follow())
+    try:
+        await go_ready.wait()
+        if a.error:
+            raise RuntimeError(f"{cid}: {a.error}")
+        await stub.Heartbeat(pb.HeartbeatRequest(container=cid, ready=True), timeout=120)
+        if reports:
+            now = time.time() // 30 * 30
+
+            def batches() -> Any:
+                for k in range(reports):
+                    ws = [WindowStats(src, dst, now + 30 * k, now + 30 * k + 30, 64, 300, 0,
+                                      5.0, 6.0, 7.0, 8.0, 7.0, 1.0, 20.0)
+                          for src, dst in sorted(a.targets)]
+                    a.sent += len(ws)
+                    yield pb.AgentReport(container=cid, windows=pb.WindowBatch(
+                        windows=[serde.window_to_pb(w) for w in ws]))
+
+            ack = await stub.Report(batches(), timeout=300)
+            a.accepted += ack.accepted
+        await done.wait()
+    finally:
+        stream.cancel()
+        reader.cancel()
+
+
+async def run(target: str, doc: dict[str, Any], reports: int = 1, per_channel: int = 64,
+              settle: Any = None, health_every: float = 0.25, phase_s: float = 120.0) -> Fleet:
+    """Register every container of `doc`, wait until each has its first
+    list, turn all ready, report `reports` windows per target, then call
+    `settle(fleet)` (an async check that lists converged) before hanging up."""
+    agents = [SimAgent(c) for c in doc["containers"]]
+    fleet = Fleet(agents)
+    stop = asyncio.Event()
+    health = asyncio.create_task(_health(target, stop, fleet, health_every))
+    channels = [grpc.aio.insecure_channel(target) for _ in range(-(-len(agents) // per_channel))]
+    go_ready, done = asyncio.Event(), asyncio.Event()
+    got = [asyncio.Event() for _ in agents]
+    t0 = time.perf_counter()
+    stubs: list[Any] = [pb_grpc.ControllerStub(ch) for ch in channels]  # async use: the stubs'
+    # types are the synchronous API's
+    tasks = [asyncio.create_task(_agent(stubs[i // per_channel], a,
+                                        go_ready, got[i], done, reports, t0))
+             for i, a in enumerate(agents)]
+    try:
+        waiters = [asyncio.create_task(e.wait()) for e in got]
+        pending = set(waiters) | set(tasks)
+        deadline = time.monotonic() + phase_s
+        while not all(e.is_set() for e in got):
+            finished, pending = await asyncio.wait(pending, timeout=1.0,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+            for f in finished:
+                if f in tasks and f.exception() is not None:
+                    raise f.exception()  # type: ignore[misc]
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"after {phase_s:.0f} s: {sum(1 for x in agents if not x.registered_at)} "
+                    f"agents not registered, {sum(1 for x in agents if not x.first_list_at)} "
+                    "without a first list")
+        failed = [x.error for x in agents if x.error]
+        if failed:
+            raise RuntimeError(f"{len(failed)} agents failed: {failed[0]}")
+        fleet.registered_s = max(a.registered_at for a in agents)
+        fleet.lists_s = max(a.first_list_at for a in agents)
+        t1 = time.perf_counter()
+        go_ready.set()
+        deadline = time.monotonic() + phase_s
+        while any(a.sent == 0 and a.targets for a in agents) or \
+                any(a.accepted < a.sent for a in agents):
+            for t in tasks:
+                if t.done() and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"after {phase_s:.0f} s: reports of "
+                                   f"{sum(1 for a in agents if a.accepted < a.sent)} agents "
+                                   "not acknowledged")
+            await asyncio.sleep(0.05)
+        fleet.reports_s = time.perf_counter() - t1
+        if settle is not None:
+            await settle(fleet)
+    finally:
+        done.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        stop.set()
+        await health
+        for ch in channels:
+            await ch.close(None)
+    return fleet
+
+
+# One gRPC client process holds about a thousand streams (measured here:
+# 1,000 per process pass, 1,500 do not, whatever the channels); so a fleet
+# is several processes of this many agents each.
+PER_PROCESS = 500
+
+
+def expected_lists(doc: dict[str, Any]) -> dict[str, set[tuple[str, str]]]:
+    """Every container's list once all are registered and ready."""
+    from controller.pinglist import Member, MemberEndpoint, build_lists
+
+    members = {c["id"]: Member(id=c["id"], job=c["job"], host=c["host"], probe_port=7100,
+                               active=True,
+                               endpoints=tuple(MemberEndpoint(e["id"], e["nic"], c["host"], 0,
+                                                              e["ip"]) for e in c["endpoints"]))
+               for c in doc["containers"]}
+    return {cid: set(plist) for cid, plist in build_lists(members).items()}
+
+
+def _worker(target: str, doc: dict[str, Any], part: int, parts: int, reports: int,
+            settle_s: float, out: Any) -> None:
+    want = expected_lists(doc)
+    mine = dict(doc, containers=doc["containers"][part::parts])
+
+    async def settle(fleet: Fleet) -> None:
+        deadline = time.monotonic() + settle_s
+        while True:
+            wrong = [a for a in fleet.agents if set(a.targets) != want[a.container["id"]]
+                     or not all(t.active for t in a.targets.values())]
+            if not wrong or time.monotonic() > deadline:
+                fleet.wrong = len(wrong)
+                return
+            await asyncio.sleep(0.2)
+
+    try:
+        f = asyncio.run(run(target, mine, reports=reports, settle=settle))
+        out.put({"part": part, "agents": len(f.agents), "registered_s": f.registered_s,
+                 "lists_s": f.lists_s, "reports_s": f.reports_s,
+                 "sent": sum(a.sent for a in f.agents),
+                 "accepted": sum(a.accepted for a in f.agents),
+                 "wrong": f.wrong, "health_failed": f.health_failed,
+                 "health_worst_s": f.health_worst_s})
+    except BaseException as e:  # the parent reports it
+        out.put({"part": part, "error": f"{type(e).__name__}: {e}"})
+
+
+def run_fleet(target: str, doc: dict[str, Any], reports: int = 1, settle_s: float = 120.0,
+              per_process: int = PER_PROCESS, timeout: float = 600.0) -> list[dict[str, Any]]:
+    """`run` over several processes; one summary per process."""
+    import multiprocessing as mp
+
+    parts = max(1, -(-len(doc["containers"]) // per_process))
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(target, doc, p, parts, reports, settle_s, out),
+                         daemon=True) for p in range(parts)]
+    for p in procs:
+        p.start()
+    try:
+        return [out.get(timeout=timeout) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
