@@ -9,13 +9,12 @@ windows, and an open incident stays open until clean windows close it."""
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from netskel.model import Component, Incident
+from netskel.sqlitefile import SqliteFile
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incidents (
@@ -38,17 +37,9 @@ def _from_json(text: str) -> Incident:
                     evidence=d.get("evidence") or {})
 
 
-class IncidentStore:
+class IncidentStore(SqliteFile):
     def __init__(self, path: str | Path) -> None:
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        super().__init__(path, _SCHEMA)
 
     def save(self, incidents: Sequence[tuple[Incident, str]], seq: int,
              removed: Sequence[str] = ()) -> None:

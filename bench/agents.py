@@ -34,19 +34,6 @@ def _peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def _healthy(target: str) -> bool:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    with grpc.insecure_channel(target) as ch:
-        try:
-            status = int(health_pb2_grpc.HealthStub(ch).Check(
-                health_pb2.HealthCheckRequest(), timeout=1).status)
-            return status == 1  # SERVING
-        except grpc.RpcError:
-            return False
-
-
 def main() -> None:
     from testbed import simagents
 
@@ -65,7 +52,7 @@ def main() -> None:
                                     stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT)
         try:
             deadline = time.monotonic() + 120
-            while not _healthy(target):
+            while not simagents.healthy(target):
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit("the controller did not start")
                 time.sleep(0.2)

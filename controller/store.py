@@ -4,13 +4,12 @@ controller loses nothing and agents simply reconnect."""
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 from dataclasses import asdict
 from pathlib import Path
 
 from controller.pinglist import PingList, Target
 from controller.registration import RegEndpoint, Registration
+from netskel.sqlitefile import SqliteFile
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS registrations (container TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -19,17 +18,9 @@ CREATE TABLE IF NOT EXISTS pinglists (
 """
 
 
-class Store:
+class Store(SqliteFile):
     def __init__(self, path: str | Path) -> None:
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        super().__init__(path, _SCHEMA)
 
     def save_registration(self, reg: Registration) -> None:
         with self._lock:

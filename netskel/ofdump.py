@@ -191,8 +191,6 @@ _HARMLESS = frozenset({
     "sample", "debug_recirc", "debug_slow", "set_mpls_ttl", "dec_mpls_ttl", "clear_actions",
 })
 _VLAN = frozenset({"strip_vlan", "pop_vlan", "push_vlan", "mod_vlan_vid"})
-_LEAVE_PORTS = frozenset({"NORMAL", "LOCAL", "IN_PORT", "FLOOD", "ALL", "CONTROLLER", "NONE",
-                          "in_port", "normal", "local", "flood", "all", "controller"})
 
 
 def _subfield(d: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,6 @@ from netskel.ofdump import Action, FlowDump, Match, OfFlow, canonical_field, ip_
 
 _NW_PROTO = {"udp": 17, "tcp": 6, "icmp": 1}
 MAX_DEPTH = 64  # Open vSwitch's resubmit depth limit
-ENDS = ("tunnel", "deliver", "drop", "loop", "leaves", "unknown")
 _LEAVE = {"NORMAL": "NORMAL", "LOCAL": "LOCAL", "IN_PORT": "IN_PORT", "FLOOD": "FLOOD", "ALL": "ALL",
           "CONTROLLER": "CONTROLLER", "NONE": "NONE"}
 _CT_BITS = {"new": 0x01, "est": 0x02, "rel": 0x04, "rpl": 0x08, "inv": 0x10, "trk": 0x20,

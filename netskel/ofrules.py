@@ -95,7 +95,7 @@ def _local(pipe: Pipeline, dst: str) -> Outcome:
     return _same([pipe.trace(Packet(dst, in_port=p.number)) for p in local])
 
 
-def _rule(vni: int, dst: str, out: Outcome) -> FlowRule | None:
+def _rule(vni: int, dst: str, out: Outcome) -> FlowRule:
     if out.end == "tunnel":
         return FlowRule(vni if out.vni is None else out.vni, dst, "tunnel", out.remote_ip or "")
     if out.end == "deliver":
@@ -128,7 +128,7 @@ def contract_rules(pipe: Pipeline, vnis: Iterable[int]) -> list[FlowRule]:
                     local_cache[rep] = _local(pipe, dst)
                 out = local_cache[rep]
             rule = _rule(vni, _dst_text(net, length), out)
-            if rule is None or (length == 0 and rule.action == "drop"):
+            if length == 0 and rule.action == "drop":
                 continue  # no rule means drop: the catch-all drop says nothing
             rules.setdefault((rule.vni, rule.dst), rule)
     return sorted(rules.values(), key=lambda r: (r.vni, r.dst))

@@ -47,6 +47,18 @@ def topology(agents: int, per_job: int = 8, hosts_per_tor: int = 32) -> dict[str
             "containers": containers}
 
 
+def healthy(target: str) -> bool:
+    """The server answers its health check SERVING (a blocking call: for
+    waiting until a freshly started controller serves)."""
+    with grpc.insecure_channel(target) as ch:
+        try:
+            status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
+                                                          timeout=1).status
+        except grpc.RpcError:
+            return False
+    return bool(status == health_pb2.HealthCheckResponse.SERVING)
+
+
 @dataclass
 class SimAgent:
     container: dict[str, Any]

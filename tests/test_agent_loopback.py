@@ -58,6 +58,19 @@ class Feed:
         self.channel.close()
 
 
+def controller_and_analyzer(topo_file, sock):
+    """Both services in-process, fast windows and a 2 s heartbeat timeout."""
+    from analyzer.server import start_analyzer
+    from netskel.config import AnalyzerConfig
+
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
+                                            db=":memory:", window_seconds=1,
+                                            heartbeat_interval_ms=200, heartbeat_timeout_s=2))
+    ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller=sock,
+                                        listen=("127.0.0.1:0",)), tick_s=0.2)
+    return ctl, ana
+
+
 @pytest.fixture
 def sock(tmp_path):
     return f"unix:{tmp_path}/controller.sock"
@@ -137,17 +150,11 @@ def test_active_check_through_netdiag(topo_file, topo_doc, tmp_path, sock):
     as not checked, not judged."""
     import time
 
-    from analyzer.server import start_analyzer
     from netskel.api.v1 import common_pb2 as cpb
     from netskel.api.v1 import netdiag_pb2 as dpb
     from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
-    from netskel.config import AnalyzerConfig
 
-    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
-                                            db=":memory:", window_seconds=1,
-                                            heartbeat_interval_ms=200, heartbeat_timeout_s=2))
-    ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller=sock,
-                                        listen=("127.0.0.1:0",)), tick_s=0.2)
+    ctl, ana = controller_and_analyzer(topo_file, sock)
     agents = [Agent(agent_cfg(topo_doc, h, sock)) for h in range(4)]
     ch = grpc.insecure_channel(f"127.0.0.1:{ana.ports[0]}")
     netdiag = dpb_grpc.NetDiagStub(ch)
@@ -250,14 +257,7 @@ def test_clean_stop_deregisters_and_raises_nothing(topo_file, topo_doc, tmp_path
     incident for the probes that stop answering."""
     import time
 
-    from analyzer.server import start_analyzer
-    from netskel.config import AnalyzerConfig
-
-    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
-                                            db=":memory:", window_seconds=1,
-                                            heartbeat_interval_ms=200, heartbeat_timeout_s=2))
-    ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller=sock,
-                                        listen=("127.0.0.1:0",)), tick_s=0.2)
+    ctl, ana = controller_and_analyzer(topo_file, sock)
     agents = [Agent(agent_cfg(topo_doc, h, sock)) for h in range(4)]
     try:
         for a in agents:

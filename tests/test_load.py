@@ -28,15 +28,6 @@ pytestmark = pytest.mark.skipif(os.environ.get("NETSKEL_LOAD_TEST") != "1",
                                        "see issue 15's note")
 
 
-def _healthy(target: str) -> bool:
-    with grpc.insecure_channel(target) as ch:
-        try:
-            return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
-                                                        timeout=1).status == 1
-        except grpc.RpcError:
-            return False
-
-
 def test_two_thousand_agents_one_controller(tmp_path):
     doc = simagents.topology(AGENTS)
     (tmp_path / "t.json").write_text(json.dumps(doc))
@@ -47,7 +38,7 @@ def test_two_thousand_agents_one_controller(tmp_path):
                                  str(tmp_path / "c.sqlite"), "--heartbeat-timeout", "600"],
                                 stdout=subprocess.DEVNULL, stderr=log)
     try:
-        wait_for(lambda: _healthy(target), 60, "the controller to serve")
+        wait_for(lambda: simagents.healthy(target), 60, "the controller to serve")
         want = simagents.expected_lists(doc)
         assert sum(len(v) for v in want.values()) > AGENTS  # every agent has work
 
