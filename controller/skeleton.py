@@ -23,6 +23,7 @@ Follows the physics of real training (controller/timing.py says why):
 from __future__ import annotations
 
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,7 @@ TP_MAJORITY = 0.75  # share of containers that must split alike to show tensor g
 TRANSFER_MARGIN = 0.2  # partners' transfer correlation must beat the rest by this
 AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
+MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: partners unknowable
 
 
 @dataclass
@@ -136,8 +138,6 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     counts = np.bincount(code, minlength=len(want))
     order, ts = _endpoint_time_order(code, ts, counts)
     del code  # sorted by endpoint: each endpoint's rows are one run
-    tx, rx = tx[order], rx[order]  # integer counters stay exact through the running sums
-    del order
     bounds = np.r_[0, np.cumsum(counts)]
     # Duplicate timestamps of one endpoint carry nothing new.
     dup = np.zeros(len(ts), dtype=bool)
@@ -146,7 +146,7 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     if dup.any():
         keep = ~dup
         bounds = np.r_[0, np.cumsum(keep)][bounds]
-        ts, tx, rx = ts[keep], tx[keep], rx[keep]
+        ts, order = ts[keep], order[keep]
     del dup
     if np.any(np.diff(bounds) < 2):
         raise InputError("an endpoint has fewer than two throughput samples")
@@ -165,23 +165,29 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     if end - start < 4 * dt:
         raise InputError("endpoints' recordings do not overlap in time")
 
-    def cumulative(v: np.ndarray) -> np.ndarray:
+    def cumulative(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """Bytes counted so far, through counter resets (a drop means the
         counter restarted from zero). One running sum over all endpoints:
-        rates are differences within an endpoint, so its offset cancels."""
+        rates are differences within an endpoint, so its offset cancels.
+        Integer counters stay exact through the running sum."""
+        v = v[idx]
         inc = np.empty_like(v)
         np.subtract(v[1:], v[:-1], out=inc[1:])
         np.copyto(inc, v, where=inc < 0)
         inc[first] = 0.0
         return np.cumsum(inc, out=inc)
 
-    ctx, crx = cumulative(tx), cumulative(rx)
-    del tx, rx
+    # tx and rx are independent passes of memory-bound numpy work, which
+    # releases the GIL: two threads use both cores.
+    with ThreadPoolExecutor(2) as pool:
+        ctx, crx = pool.map(cumulative, (tx, rx), (order, order))
+    del tx, rx, order
     grid = np.arange(start, end, dt)
     g = len(grid)
     out_tx = np.empty((len(want), g - 1), dtype=np.float32)
     out_rx = np.empty_like(out_tx)
-    for lo in range(0, len(want), chunk):
+
+    def fill(lo: int) -> None:
         hi = min(len(want), lo + chunk)
         rows = slice(bounds[lo], bounds[hi])
         # Grid point j of an endpoint interpolates between its last sample at
@@ -199,6 +205,9 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
         for c, out in ((ctx, out_tx), (crx, out_rx)):
             v = c[i] + frac * (c[i + 1] - c[i])
             out[lo:hi] = np.diff(v, axis=1) / dt
+
+    with ThreadPoolExecutor(2) as pool:  # chunks write disjoint rows
+        list(pool.map(fill, range(0, len(want), chunk)))
     return Rates(endpoints=list(wanted), t0=start, dt=dt, tx=out_tx, rx=out_rx)
 
 
@@ -391,15 +400,19 @@ def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: n
 
 
 def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
-                   rail_of: np.ndarray, ntx: np.ndarray, nrx: np.ndarray
-                   ) -> tuple[list[np.ndarray], list[str]]:
+                   rail_of: np.ndarray, ntx: np.ndarray, nrx: np.ndarray,
+                   resolved: list[bool] | None = None) -> tuple[list[np.ndarray], list[str]]:
     """Pairs of corresponding endpoints in adjacent stages. Replicas are built
     as chains, stage by stage: each next stage's units are assigned to the
     chains whose pace they share (the chain's mean wobble so far, so every
     stage adds evidence). Units only join chains over the same rails. A unit
     whose best chain is not clearly better than another keeps both (recall
     first); a stage whose assignment is no better than chance keeps every
-    cross pair."""
+    cross pair, and so does a boundary the sampling cannot resolve
+    (`resolved[s - 1]` False for stages s - 1 and s): when both stages
+    reduce within one sample, activations between them have no instant of
+    their own, and any pace or transfer score is an artefact of where the
+    samples fall, however confident it looks."""
     k = wobble.shape[1]
     noise = 1.0 / np.sqrt(max(k, 1))
     chunks: list[np.ndarray] = []
@@ -416,6 +429,12 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
         for s in range(1, len(stages)):
             prev = [c[-1] for c in chains]
             nxt = stages[s]
+            if resolved is not None and not resolved[s - 1]:
+                chunks.extend(_same_rail_cross(prev, nxt, rail_of))
+                notes.append(f"rails {list(key)}: stages {s - 1}/{s} reduce within one sample "
+                             "of each other, kept all cross pairs")
+                chains = [[u] for u in nxt]
+                continue
             if not chains or len(nxt) != len(chains):
                 chunks.extend(_same_rail_cross(prev, nxt, rail_of))
                 notes.append(f"rails {list(key)}: stages {s - 1}/{s} have unequal replicas, "
@@ -557,7 +576,9 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     notes: list[str] = []
     if pp > 1:
         ntx, nrx = (_group_residual(v, groups) for v in (htx, hrx))
-        more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx)
+        level = [float(np.median(offset[st])) for st in stage_sets]
+        resolved = [abs(b - a) >= MIN_GAP_SAMPLES * r.dt for a, b in zip(level, level[1:], strict=False)]
+        more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx, resolved)
         chunks.extend(more)
         notes.extend(chain_notes)
     if n % (tp * pp):

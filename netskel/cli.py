@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from netskel.errors import InputError, NetskelError
+from netskel.heap import retain_freed_memory
 from netskel.progress import Progress
 
 
@@ -134,6 +135,7 @@ def _progress(a: argparse.Namespace) -> Progress | None:
 def cmd_analyze(a: argparse.Namespace) -> int:
     from analyzer.offline import analyze_files
 
+    retain_freed_memory()
     doc = analyze_files(a.topology, a.probes, window_s=a.window,
                         progress=_progress(a))
     write_json_atomic(a.output, doc)
@@ -144,6 +146,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 def cmd_infer(a: argparse.Namespace) -> int:
     from controller.infer import infer_files
 
+    retain_freed_memory()
     doc = infer_files(a.topology, a.throughput, job=a.job,
                       progress=_progress(a))
     write_json_atomic(a.output, doc)
