@@ -25,6 +25,7 @@ from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, UnavailableError
 from netskel.grpcserver import AioServer, make_server
 from netskel.model import WindowStats, pair_key
+from netskel.security import Guard, Security, channel, server_credentials
 from netskel.topology import load_topology
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,11 @@ class RunningAnalyzer:
 
 
 def _follow_feed(cfg: AnalyzerConfig, engine: Analyzer, lock: threading.Lock,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, sec: Security) -> None:
     backoff = Backoff()
     while not stop.is_set():
-        channel = grpc.insecure_channel(cfg.controller)
-        stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest())
+        ch = channel(cfg.controller, Security(sec.tls))
+        stream = pb_grpc.ControllerStub(ch).WatchReports(pb.WatchReportsRequest())
         watcher = threading.Thread(target=lambda s=stream: (stop.wait(), s.cancel()), daemon=True)
         watcher.start()
         try:
@@ -78,14 +79,13 @@ def _follow_feed(cfg: AnalyzerConfig, engine: Analyzer, lock: threading.Lock,
             if not stop.is_set():
                 log.warning("report feed from %s: %s", cfg.controller, e.code())
         finally:
-            channel.close()
+            ch.close()
         stop.wait(backoff.next())
 
 
-def controller_checks(target: str) -> CheckRunner:
+def controller_checks(target: str, sec: Security | None = None) -> CheckRunner:
     """Active checks through the controller's ActiveCheck (one channel)."""
-    channel = grpc.insecure_channel(target)
-    stub = pb_grpc.ControllerStub(channel)
+    stub = pb_grpc.ControllerStub(channel(target, Security((sec or Security()).tls)))
 
     def run(pairs: list[Pair], seconds: float) -> tuple[list[WindowStats], dict[Pair, str]]:
         req = pb.ActiveCheckRequest(pairs=[cpb.EndpointPair(a=a, b=b) for a, b in pairs],
@@ -102,9 +102,15 @@ def controller_checks(target: str) -> CheckRunner:
 
 
 def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0,
-                   skeleton: SkeletonSource | None = None) -> RunningAnalyzer:
+                   skeleton: SkeletonSource | None = None,
+                   sec: Security | None = None) -> RunningAnalyzer:
     """skeleton: where the web page reads jobs' skeletons (the controller's
-    state, when both run in one process)."""
+    state, when both run in one process). sec: TLS material (this analyzer's
+    certificate also serves as its identity towards the controller) and the
+    bearer token NetDiag and the web page accept; with a token, clients need
+    no certificate (the TLS handshake cannot ask for "a certificate or a
+    token"), without one they must present one."""
+    sec = sec or Security()
     topo = load_topology(cfg.topology)
     engine = Analyzer(topo, cfg)
     store = IncidentStore(cfg.db) if cfg.db else None
@@ -112,9 +118,14 @@ def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0,
         engine.attach_store(store)
     lock = threading.Lock()
     hub = IncidentHub()
-    service = NetDiagService(engine, lock, hub, run_check=controller_checks(cfg.controller))
+    guard = Guard(tls=sec.tls is not None, token=sec.token)
+    service = NetDiagService(engine, lock, hub, run_check=controller_checks(cfg.controller, sec),
+                             guard=guard)
+    creds = (server_credentials(sec.tls, require_client_cert=not sec.token) if sec.tls
+             else None)
     server, ports, _ = make_server(
-        [SERVICE], lambda s: dpb_grpc.add_NetDiagServicer_to_server(service, s), cfg.listen)
+        [SERVICE], lambda s: dpb_grpc.add_NetDiagServicer_to_server(service, s), cfg.listen,
+        creds)
     stop = threading.Event()
 
     def tick_loop() -> None:
@@ -124,7 +135,7 @@ def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0,
             if changed:
                 hub.publish(changed)
 
-    threads = [threading.Thread(target=_follow_feed, args=(cfg, engine, lock, stop),
+    threads = [threading.Thread(target=_follow_feed, args=(cfg, engine, lock, stop, sec),
                                 name="feed", daemon=True),
                threading.Thread(target=tick_loop, name="tick", daemon=True)]
     for t in threads:
@@ -133,12 +144,14 @@ def start_analyzer(cfg: AnalyzerConfig, tick_s: float = 1.0,
     if cfg.web_listen:
         host, _, port = cfg.web_listen.rpartition(":")
         try:
-            web = WebServer((host or "127.0.0.1", int(port)), engine, lock, skeleton).start()
+            web = WebServer((host or "127.0.0.1", int(port)), engine, lock, skeleton,
+                            sec).start()
         except (ValueError, OSError) as e:
             server.stop(0)
             stop.set()
             raise InputError(f"web_listen '{cfg.web_listen}': {e}") from None
-        log.info("analyzer web page on http://%s:%d/", host or "127.0.0.1", web.port)
+        log.info("analyzer web page on %s://%s:%d/", "https" if sec.tls else "http",
+                 host or "127.0.0.1", web.port)
     log.info("analyzer serving NetDiag on %s", ports)
     return RunningAnalyzer(server=server, ports=ports, engine=engine, lock=lock, _stop=stop,
                            _threads=threads, web=web, store=store)

@@ -19,6 +19,7 @@ from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
 from netskel.errors import InputError, UnavailableError
 from netskel.grpcserver import Mailbox, Overflow, blocking, map_errors
 from netskel.model import Incident, WindowStats
+from netskel.security import Guard
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 POLL_S = 5.0           # how often an idle stream checks that its client is still there
@@ -61,8 +62,9 @@ def _no_checks(pairs: list[Pair], seconds: float) -> tuple[list[WindowStats], di
 class NetDiagService(dpb_grpc.NetDiagServicer):
     def __init__(self, engine: Analyzer, lock: threading.Lock, hub: IncidentHub,
                  clock: Callable[[], float] = time.time,
-                 run_check: CheckRunner = _no_checks) -> None:
+                 run_check: CheckRunner = _no_checks, guard: Guard | None = None) -> None:
         self.run_check = run_check
+        self.guard = guard or Guard()
         self.engine = engine
         self.lock = lock
         self.hub = hub
@@ -71,6 +73,7 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
     @map_errors
     async def Diagnose(self, request: dpb.DiagnoseRequest, context: Ctx
                        ) -> dpb.DiagnoseResponse:
+        await self.guard.reader(context)
         return await blocking(self._diagnose, request)
 
     def _diagnose(self, request: dpb.DiagnoseRequest) -> dpb.DiagnoseResponse:
@@ -100,6 +103,7 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
     @map_errors
     async def PairHistory(self, request: dpb.PairHistoryRequest, context: Ctx
                           ) -> dpb.PairHistoryResponse:
+        await self.guard.reader(context)
         return await blocking(self._pair_history, request)
 
     def _pair_history(self, request: dpb.PairHistoryRequest) -> dpb.PairHistoryResponse:
@@ -115,6 +119,7 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
     @map_errors
     async def ListIncidents(self, request: dpb.ListIncidentsRequest, context: Ctx
                             ) -> dpb.ListIncidentsResponse:
+        await self.guard.reader(context)
         return await blocking(self._list_incidents, request)
 
     def _list_incidents(self, request: dpb.ListIncidentsRequest) -> dpb.ListIncidentsResponse:
@@ -124,6 +129,7 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
 
     async def WatchIncidents(self, request: dpb.WatchIncidentsRequest, context: Ctx
                              ) -> AsyncIterator[cpb.Incident]:
+        await self.guard.reader(context)
         box: Mailbox[Incident] = Mailbox(asyncio.get_running_loop(), WATCH_QUEUE)
         self.hub.subscribe(box)
         try:

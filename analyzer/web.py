@@ -9,16 +9,20 @@ from __future__ import annotations
 import json
 import logging
 import math
+import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from analyzer.engine import Analyzer
 from analyzer.page import PAGE
 from netskel.model import Incident
+from netskel.security import Security, Tls, bearer_ok
 
 log = logging.getLogger(__name__)
 RECENT_S = 3600.0   # closed incidents stay on the page this long
@@ -77,10 +81,28 @@ def pair_points(engine: Analyzer, pair: tuple[str, str]) -> list[dict[str, Any]]
             for p in engine.history.points(pair)]
 
 
+def _tls_context(tls: Tls) -> ssl.SSLContext:
+    """Server certificate from the TLS files; a client certificate is asked
+    for and checked against the CA, but may be missing (then a token must do)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.TemporaryDirectory() as d:  # ssl loads chains from files only
+        cert, key = Path(d) / "cert.pem", Path(d) / "key.pem"
+        cert.write_bytes(tls.cert)
+        key.write_bytes(tls.key)
+        ctx.load_cert_chain(cert, key)
+    ctx.load_verify_locations(cadata=tls.ca.decode())
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
 class WebServer:
     def __init__(self, address: tuple[str, int], engine: Analyzer, lock: threading.Lock,
-                 skeleton: SkeletonSource | None = None) -> None:
+                 skeleton: SkeletonSource | None = None, sec: Security | None = None) -> None:
+        """With TLS the page is served over HTTPS and a client certificate
+        from the CA admits; with a token, `Authorization: Bearer TOKEN` (or
+        `?token=TOKEN`, for a browser's address bar) admits."""
         outer = self
+        self.sec = sec or Security()
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -91,6 +113,9 @@ class WebServer:
 
         self.engine, self.lock, self.skeleton = engine, lock, skeleton
         self.httpd = ThreadingHTTPServer(address, Handler)
+        if self.sec.tls is not None:
+            self.httpd.socket = _tls_context(self.sec.tls).wrap_socket(self.httpd.socket,
+                                                                       server_side=True)
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="web", daemon=True)
 
@@ -103,9 +128,23 @@ class WebServer:
         self.httpd.server_close()
         self._thread.join(timeout=5)
 
+    def _admitted(self, h: BaseHTTPRequestHandler, query: dict[str, list[str]]) -> bool:
+        if self.sec.tls is None and not self.sec.token:
+            return True
+        if self.sec.tls is not None and h.connection.getpeercert():
+            return True
+        if self.sec.token:
+            given = [("authorization", h.headers.get("Authorization", ""))]
+            given += [("authorization", "Bearer " + t) for t in query.get("token", [])]
+            return bearer_ok(given, self.sec.token)
+        return False
+
     def _get(self, h: BaseHTTPRequestHandler) -> None:
         url = urlparse(h.path)
-        if url.path == "/":
+        if not self._admitted(h, parse_qs(url.query)):
+            self._send(h, 401, "text/plain", b"a client certificate or a bearer token is "
+                                             b"required\n")
+        elif url.path == "/":
             self._send(h, 200, "text/html; charset=utf-8", PAGE.encode())
         elif url.path == "/api/state":
             with self.lock:

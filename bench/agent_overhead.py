@@ -93,7 +93,7 @@ def measure(sock: str, container: str, endpoint: str, seconds: float, rate: floa
     mport = free_port()
     cmd = [sys.executable, "-m", "netskel.cli", "agent", "--controller", sock,
            "--container", container, "--job", "bench", "--host", container.replace("w", "h"),
-           "--endpoint", endpoint, "--rate", str(rate), "--metrics-port", str(mport)]
+           "--endpoint", endpoint, "--rate", str(rate), "--metrics-port", str(mport), "--insecure"]
     agent = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30

@@ -48,7 +48,7 @@ def main() -> None:
         with open(Path(d) / "c.log", "w") as log:
             proc = subprocess.Popen([sys.executable, "-m", "netskel.cli", "controller",
                                      "--topology", f"{d}/t.json", "--listen", target, "--db",
-                                     f"{d}/c.sqlite", "--heartbeat-timeout", "3600"],
+                                     f"{d}/c.sqlite", "--heartbeat-timeout", "3600", "--insecure"],
                                     stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT)
         try:
             deadline = time.monotonic() + 120

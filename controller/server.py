@@ -14,6 +14,7 @@ from controller.store import Store
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.config import ControllerConfig
 from netskel.grpcserver import AioServer, make_server
+from netskel.security import Guard, Security, server_credentials
 from netskel.topology import load_switch_addresses, load_topology
 
 log = logging.getLogger(__name__)
@@ -38,16 +39,21 @@ class RunningController:
         self.store.close()
 
 
-def start_controller(cfg: ControllerConfig) -> RunningController:
+def start_controller(cfg: ControllerConfig, sec: Security | None = None) -> RunningController:
+    """sec: TLS material (agents and the analyzer must present certificates
+    naming who they are); None serves plaintext, as the testbed does."""
+    sec = sec or Security()
     topo = load_topology(cfg.topology)
     store = Store(cfg.db)
     state = ControllerState(topo, store, now=time.time(),
                             heartbeat_timeout=cfg.heartbeat_timeout_s)
     names = load_switch_addresses(cfg.switch_addresses, topo) if cfg.switch_addresses else {}
     service = ControllerService(state, cfg.heartbeat_interval_ms, cfg.window_seconds,
-                                switch_addresses=names)
+                                switch_addresses=names, guard=Guard(tls=sec.tls is not None))
+    creds = server_credentials(sec.tls, require_client_cert=True) if sec.tls else None
     server, ports, _ = make_server(
-        [SERVICE], lambda s: pb_grpc.add_ControllerServicer_to_server(service, s), cfg.listen)
+        [SERVICE], lambda s: pb_grpc.add_ControllerServicer_to_server(service, s), cfg.listen,
+        creds)
     stop = threading.Event()
 
     def expire_loop() -> None:

@@ -19,6 +19,7 @@ from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.errors import InputError, NotFoundError
 from netskel.grpcserver import Mailbox, Overflow, blocking, map_errors, map_errors_stream
 from netskel.model import AgentState, VSwitchDump, WindowStats
+from netskel.security import ANALYZER, OPERATOR, Guard
 
 log = logging.getLogger(__name__)
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -41,8 +42,10 @@ def _prober_silent(a: str, b: str, windows: list[WindowStats], silent: list[str]
 class ControllerService(pb_grpc.ControllerServicer):
     def __init__(self, state: ControllerState, heartbeat_interval_ms: int, window_seconds: int,
                  clock: Callable[[], float] = time.time,
-                 switch_addresses: dict[str, str] | None = None) -> None:
+                 switch_addresses: dict[str, str] | None = None,
+                 guard: Guard | None = None) -> None:
         self.state = state
+        self.guard = guard or Guard()
         self.switch_addresses = dict(switch_addresses or {})
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.window_seconds = window_seconds
@@ -50,6 +53,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @map_errors
     async def Register(self, request: pb.RegisterRequest, context: Ctx) -> pb.RegisterResponse:
+        await self.guard.agent(context, request.container)
         await blocking(self.state.register, serde.registration_from_pb(request), self.clock())
         log.info("registered %s (%d endpoints)", request.container, len(request.endpoints))
         return pb.RegisterResponse(heartbeat_interval_ms=self.heartbeat_interval_ms,
@@ -58,6 +62,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @map_errors
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
+        await self.guard.agent(context, request.container)
         known = await blocking(self.state.heartbeat, request.container, request.ready,
                                self.clock())
         return pb.HeartbeatResponse(known=known)
@@ -65,12 +70,14 @@ class ControllerService(pb_grpc.ControllerServicer):
     @map_errors
     async def Deregister(self, request: pb.DeregisterRequest, context: Ctx
                          ) -> pb.DeregisterResponse:
+        await self.guard.agent(context, request.container)
         await blocking(self.state.deregister, request.container, self.clock())
         return pb.DeregisterResponse()
 
     @map_errors_stream
     async def WatchPingList(self, request: pb.WatchPingListRequest, context: Ctx
                             ) -> AsyncIterator[pb.PingListUpdate]:
+        await self.guard.agent(context, request.container)
         box: Mailbox[ListUpdate] = Mailbox(asyncio.get_running_loop(), LIST_QUEUE)
         snapshot = await blocking(self.state.subscribe_list, request.container, box)
         try:
@@ -91,7 +98,11 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def Report(self, request_iterator: AsyncIterator[pb.AgentReport], context: Ctx
                      ) -> pb.ReportAck:
         accepted = rejected = 0
+        checked = ""
         async for report in request_iterator:
+            if report.container != checked:  # one agent per stream: checked once
+                await self.guard.agent(context, report.container)
+                checked = report.container
             try:
                 a, r = await blocking(self._accept, report)
             except NotFoundError as e:
@@ -119,6 +130,7 @@ class ControllerService(pb_grpc.ControllerServicer):
     @map_errors
     async def ActiveCheck(self, request: pb.ActiveCheckRequest, context: Ctx
                           ) -> pb.ActiveCheckResponse:
+        await self.guard.role(context, ANALYZER, OPERATOR)
         duration = request.duration_s or DEFAULT_CHECK_S
         if not 0 < duration <= MAX_CHECK_S:
             raise InputError(f"ActiveCheck: duration_s must be in (0, {MAX_CHECK_S}]")
@@ -138,6 +150,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def WatchReports(self, request: pb.WatchReportsRequest, context: Ctx
                            ) -> AsyncIterator[pb.ReportEvent]:
+        await self.guard.role(context, ANALYZER, OPERATOR)
         box: Mailbox[ReportEvent] = Mailbox(asyncio.get_running_loop(), self.state.feed_queue)
         await blocking(self.state.subscribe_feed, self.clock(), box)
         try:

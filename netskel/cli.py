@@ -16,6 +16,7 @@ from typing import IO, Any
 from netskel.errors import InputError, NetskelError
 from netskel.heap import retain_freed_memory
 from netskel.progress import Progress
+from netskel.security import Security, from_flags, warn_if_insecure
 
 
 def write_json_atomic(path: str | Path, doc: Any) -> None:
@@ -76,8 +77,10 @@ def cmd_controller(a: argparse.Namespace) -> int:
                            heartbeat_timeout_s=a.heartbeat_timeout,
                            window_seconds=a.window, metrics_port=a.metrics_port,
                            switch_addresses=a.switch_addresses or "")
-    _metrics(cfg.metrics_port)
-    running = start_controller(cfg)
+    sec = _security(a, "controller")
+    _metrics(cfg.metrics_port, a.metrics_addr)
+    running = start_controller(cfg, sec)
+    warn_if_insecure(sec, "controller")
     print(f"controller listening on {running.ports}", flush=True)
     _wait_for_signal()
     running.stop()
@@ -101,9 +104,11 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       vswitch_db=a.vswitch_db or env("NETSKEL_VSWITCH_DB", ""),
                       underlay_netns=a.underlay_netns or env("NETSKEL_UNDERLAY_NETNS", ""),
                       trace_interval_s=a.trace_interval)
-    agent = Agent(cfg)
+    sec = _security(a, "agent")
+    agent = Agent(cfg, sec)
     agent.start()
-    _metrics(cfg.metrics_port)  # up only once the agent is: readiness for scrapers too
+    warn_if_insecure(sec, "agent")
+    _metrics(cfg.metrics_port, a.metrics_addr)  # up only once the agent is: readiness for scrapers too
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
     _wait_for_signal()
     agent.stop(deregister=True)  # a clean stop leaves the cluster; a crash is an incident
@@ -116,8 +121,10 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
 
     cfg = AnalyzerConfig(topology=a.topology, controller=a.controller, listen=tuple(a.listen),
                          metrics_port=a.metrics_port, web_listen=a.web, db=a.db or "")
-    _metrics(cfg.metrics_port)
-    running = start_analyzer(cfg)
+    sec = _security(a, "analyzer")
+    _metrics(cfg.metrics_port, a.metrics_addr)
+    running = start_analyzer(cfg, sec=sec)
+    warn_if_insecure(sec, "analyzer")
     print(f"analyzer (NetDiag) listening on {running.ports}", flush=True)
     if running.web is not None:
         print(f"web page on http://{cfg.web_listen.rpartition(':')[0] or '127.0.0.1'}:"
@@ -283,6 +290,23 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_certs(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from netskel.security import make_certs
+
+    agents = list(a.agent or [])
+    if a.topology:
+        from netskel.topology import load_topology
+
+        agents += sorted(load_topology(a.topology).containers)
+    files = make_certs(Path(a.out), dict.fromkeys(agents), hosts=tuple(a.host or ["localhost"]),
+                       days=a.days)
+    print(f"{len(files)} certificate(s) in {a.out} (keys beside them, mode 0600)",
+          file=sys.stderr)
+    return 0
+
+
 def cmd_netdiag(a: argparse.Namespace) -> int:
     from netskel.netdiag_client import run_netdiag
 
@@ -295,11 +319,33 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return run_demo(a)
 
 
-def _metrics(port: int) -> None:
+def _metrics(port: int, addr: str = "0.0.0.0") -> None:
     if port:
         from prometheus_client import start_http_server
 
-        start_http_server(port)
+        start_http_server(port, addr=addr)
+
+
+def _security(a: argparse.Namespace, role: str) -> Security:
+    """TLS from flags (or NETSKEL_TLS_CERT/KEY/CA, NETSKEL_INSECURE=1 for
+    sidecars configured by environment); plaintext only when asked for."""
+    env = os.environ.get
+    return from_flags(a.tls_cert or env("NETSKEL_TLS_CERT", ""),
+                      a.tls_key or env("NETSKEL_TLS_KEY", ""),
+                      a.tls_ca or env("NETSKEL_TLS_CA", ""),
+                      a.insecure or env("NETSKEL_INSECURE", "") == "1", role,
+                      getattr(a, "token_file", None) or "")
+
+
+def _tls_flags(p: argparse.ArgumentParser, server: bool) -> None:
+    p.add_argument("--tls-cert", help="this process's certificate (PEM; `netskel certs`)")
+    p.add_argument("--tls-key", help="its private key (PEM)")
+    p.add_argument("--tls-ca", help="the CA that signs every netskel certificate (PEM)")
+    p.add_argument("--insecure", action="store_true",
+                   help="plaintext gRPC, no identities (testbed only; logged)")
+    if server:
+        p.add_argument("--metrics-addr", default="0.0.0.0",
+                       help="address /metrics listens on (default all)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -316,12 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--heartbeat-timeout", type=float, default=10.0)
     c.add_argument("--window", type=int, default=30, help="statistics window, seconds")
     c.add_argument("--metrics-port", type=int, default=0)
+    _tls_flags(c, server=True)
     c.add_argument("--switch-addresses", help="JSON file: router interface address -> switch "
                    "id, to name the hops of agents' route traces")
     c.set_defaults(fn=cmd_controller, listen_default=["127.0.0.1:7000"])
 
     g = sub.add_parser("agent", help="the probing sidecar (flags or NETSKEL_* environment)")
     g.add_argument("--controller")
+    _tls_flags(g, server=True)
     g.add_argument("--container")
     g.add_argument("--job")
     g.add_argument("--host")
@@ -352,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--web", default="", metavar="HOST:PORT",
                    help="serve the web page (incidents, fabric, charts) there")
     n.add_argument("--db", help="SQLite file: incidents survive a restart (even SIGKILL)")
+    _tls_flags(n, server=True)
+    n.add_argument("--token-file", help="a bearer token NetDiag and the web page accept "
+                   "instead of a client certificate")
     n.set_defaults(fn=cmd_analyzer, listen_default=["127.0.0.1:7001"])
 
     z = sub.add_parser("analyze", help="offline: probe records -> incidents")
@@ -411,8 +462,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--out", required=True, help="output directory")
     s.set_defaults(fn=cmd_simulate)
 
+    t = sub.add_parser("certs", help="a CA and certificates for the controller, analyzer, "
+                       "an operator and each agent (for TLS; made here, never committed)")
+    t.add_argument("--out", required=True, help="directory for the PEM files")
+    t.add_argument("--agent", action="append", help="a container's name (repeatable)")
+    t.add_argument("--topology", help="also one certificate per container of this topology")
+    t.add_argument("--host", action="append",
+                   help="a DNS name or IP the servers are reached at (default localhost)")
+    t.add_argument("--days", type=int, default=30)
+    t.set_defaults(fn=cmd_certs)
+
     d = sub.add_parser("netdiag", help="ask NetDiag: diagnose endpoints or pairs, list incidents")
     d.add_argument("--server", default="127.0.0.1:7001")
+    d.add_argument("--tls-ca", help="verify the analyzer against this CA (TLS)")
+    d.add_argument("--tls-cert", help="present this client certificate")
+    d.add_argument("--tls-key", help="its private key")
+    d.add_argument("--token-file", help="send this bearer token")
     d.add_argument("--endpoint", action="append", default=[])
     d.add_argument("--pair", action="append", default=[], help="A,B")
     d.add_argument("--incidents", action="store_true", help="list incidents instead")

@@ -175,9 +175,10 @@ class AioServer:
 
 
 def make_server(service_names: Iterable[str], add_servicers: Callable[[grpc.aio.Server], None],
-                addresses: Iterable[str]) -> tuple[AioServer, list[int], Any]:
-    """A started server on every address (`host:0` picks a port); returns the
-    bound ports in order."""
+                addresses: Iterable[str], credentials: grpc.ServerCredentials | None = None
+                ) -> tuple[AioServer, list[int], Any]:
+    """A started server on every address (`host:0` picks a port), TLS when
+    `credentials` are given; returns the bound ports in order."""
     srv = AioServer()
     server = srv.server
     add_servicers(server)
@@ -191,7 +192,8 @@ def make_server(service_names: Iterable[str], add_servicers: Callable[[grpc.aio.
     ports = []
     try:
         for addr in addresses:
-            port = server.add_insecure_port(addr)
+            port = (server.add_secure_port(addr, credentials) if credentials is not None
+                    else server.add_insecure_port(addr))
             if port == 0 and not addr.startswith("unix:"):
                 raise OSError(f"cannot listen on {addr}")
             ports.append(port)

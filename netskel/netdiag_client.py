@@ -15,10 +15,23 @@ from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
 from netskel.errors import InputError, NetskelError
+from netskel.security import Security, Tls, channel, read_token
+
+
+def client_security(a: argparse.Namespace) -> Security:
+    """TLS when a CA is given (a client certificate optional), the bearer
+    token when a token file is."""
+    if bool(a.tls_cert) != bool(a.tls_key):
+        raise InputError("netdiag: --tls-cert and --tls-key go together")
+    if (a.tls_cert or a.tls_key) and not a.tls_ca:
+        raise InputError("netdiag: a client certificate needs --tls-ca")
+    token = read_token(a.token_file) if a.token_file else None
+    tls = Tls.load(a.tls_cert or "", a.tls_key or "", a.tls_ca) if a.tls_ca else None
+    return Security(tls, token)
 
 
 def run_netdiag(a: argparse.Namespace) -> int:
-    with grpc.insecure_channel(a.server) as ch:
+    with channel(a.server, client_security(a)) as ch:
         stub = dpb_grpc.NetDiagStub(ch)
         try:
             if a.incidents or a.blamed:

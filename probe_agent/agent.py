@@ -24,6 +24,7 @@ from netskel.backoff import Backoff
 from netskel.config import AgentConfig
 from netskel.errors import InputError
 from netskel.model import CounterSample, VSwitchDump, WindowStats
+from netskel.security import Security, channel
 from probe_agent import check, counters, trace, vswitch, wire
 from probe_agent.udp import Prober, ProbeTarget, Responder
 from probe_agent.window import WindowAccumulator
@@ -51,7 +52,10 @@ def size_classes(sizes: tuple[int, ...], mtu: int | None) -> tuple[int, ...]:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig) -> None:
+    def __init__(self, cfg: AgentConfig, sec: Security | None = None) -> None:
+        """sec: this container's certificate (its SAN names the container);
+        None speaks plaintext, as the testbed does."""
+        self.sec = sec or Security()
         if not cfg.container or not cfg.host:
             raise InputError("agent: container and host are required")
         self.cfg = cfg
@@ -289,14 +293,14 @@ class Agent:
         backoff = Backoff()
         self.heartbeat_s = 1.0
         while not self.stop_event.is_set():
-            channel = grpc.insecure_channel(self.cfg.controller)
+            ch = channel(self.cfg.controller, self.sec)
             started = time.monotonic()
             try:
-                self._session(channel)
+                self._session(ch)
             except grpc.RpcError as e:
                 log.warning("controller %s: %s: %s", self.cfg.controller, e.code().name, e.details())
             finally:
-                channel.close()
+                ch.close()
             if self.stop_event.is_set():
                 break
             if time.monotonic() - started > 10:
@@ -325,8 +329,8 @@ class Agent:
         self.responder.close()
         if deregister and self.registered:
             try:
-                with grpc.insecure_channel(self.cfg.controller) as channel:
-                    pb_grpc.ControllerStub(channel).Deregister(
+                with channel(self.cfg.controller, self.sec) as ch:
+                    pb_grpc.ControllerStub(ch).Deregister(
                         pb.DeregisterRequest(container=self.cfg.container), timeout=5)
                 self.registered = False
                 log.info("deregistered %s", self.cfg.container)

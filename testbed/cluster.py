@@ -302,7 +302,8 @@ class Cluster:
         eps = [f"{lay.endpoint(h, r)},{lay.nic(h, r)},{lay.overlay_ip(h, r)},e{r}"
                for r in range(lay.rails)]
         cmd = ["ip", "netns", "exec", self.container_ns(h), sys.executable, "-m", "netskel.cli",
-               "agent", "--controller", self.controller_socket, "--container", lay.container(h),
+               "agent", "--insecure", "--controller", self.controller_socket,
+               "--container", lay.container(h),
                "--job", lay.job, "--host", lay.host(h), "--counter-hz", "20",
                # The host's switch, as a sidecar with the OVS socket mounted would see it.
                "--vswitch", f"unix:{self.ovs[h].dir}/br0.mgmt", "--vswitch-tunnel-port", str(TUNNEL_OFPORT),

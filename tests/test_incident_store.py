@@ -82,7 +82,7 @@ def test_sigkill_of_a_serving_analyzer_loses_no_incident(tmp_path):
     def serve() -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-m", "netskel.cli", "analyzer", "--topology",
                                  str(topo), "--controller", f"unix:{tmp_path}/none.sock",
-                                 "--listen", target, "--db", str(db)],
+                                 "--listen", target, "--db", str(db), "--insecure"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def listed() -> list[str]:

@@ -35,7 +35,7 @@ def test_two_thousand_agents_one_controller(tmp_path):
     with open(tmp_path / "c.log", "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "netskel.cli", "controller", "--topology",
                                  str(tmp_path / "t.json"), "--listen", target, "--db",
-                                 str(tmp_path / "c.sqlite"), "--heartbeat-timeout", "600"],
+                                 str(tmp_path / "c.sqlite"), "--heartbeat-timeout", "600", "--insecure"],
                                 stdout=subprocess.DEVNULL, stderr=log)
     try:
         wait_for(lambda: simagents.healthy(target), 60, "the controller to serve")

@@ -38,16 +38,17 @@ def procs(tmp_path, topo_file, topo_doc):
     started = [subprocess.Popen(cli + ["controller", "--topology", str(topo_file), "--listen", sock,
                                        "--db", str(tmp_path / "c.sqlite"), "--window", "2",
                                        "--heartbeat-ms", "200",
-                                       "--metrics-port", str(ports["controller"])]),
+                                       "--metrics-port", str(ports["controller"]), "--insecure"]),
                subprocess.Popen(cli + ["analyzer", "--topology", str(topo_file), "--controller", sock,
                                        "--listen", "127.0.0.1:0",
-                                       "--metrics-port", str(ports["analyzer"])])]
+                                       "--metrics-port", str(ports["analyzer"]), "--insecure"])]
     for h in range(2):
         c = topo_doc["containers"][h]
         ports[f"agent{h}"] = free_port()
         started.append(subprocess.Popen(
             cli + ["agent", "--controller", sock, "--container", c["id"], "--job", c["job"],
-                   "--host", c["host"], "--rate", "20", "--metrics-port", str(ports[f"agent{h}"])]
+                   "--host", c["host"], "--rate", "20", "--metrics-port", str(ports[f"agent{h}"]),
+                   "--insecure"]
             + [x for e in c["endpoints"] for x in ("--endpoint", f"{e['id']},{e['nic']},{e['ip']},lo")]))
     yield ports
     for p in started:

@@ -158,7 +158,8 @@ def test_servers_refuse_a_malformed_topology_in_one_line(tmp_path, cmd):
     bad = tmp_path / "t.json"
     bad.write_text('{"version": 1, "switches": [], "hosts": [], "links": [{"a": "x"}]}')
     out = subprocess.run([sys.executable, "-m", "netskel.cli", cmd, "--topology", str(bad),
-                          "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+                          "--listen", "127.0.0.1:0", "--insecure"], capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "links[0]: missing required field 'b'" in lines[0]
