@@ -114,8 +114,10 @@ class WebServer:
         self.engine, self.lock, self.skeleton = engine, lock, skeleton
         self.httpd = ThreadingHTTPServer(address, Handler)
         if self.sec.tls is not None:
-            self.httpd.socket = _tls_context(self.sec.tls).wrap_socket(self.httpd.socket,
-                                                                       server_side=True)
+            # The handshake happens in the request's thread (on its first
+            # read), so a client that stalls there holds no one else up.
+            self.httpd.socket = _tls_context(self.sec.tls).wrap_socket(
+                self.httpd.socket, server_side=True, do_handshake_on_connect=False)
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="web", daemon=True)
 

@@ -38,16 +38,31 @@ def _containers(docs, kind="Deployment"):
             for c in d["spec"]["template"]["spec"]["containers"]]
 
 
-def test_services_use_grpc_health_and_agent_sidecar_has_what_it_needs():
+def _tls_args(args: list[str]) -> bool:
+    return all(f in args for f in ("--tls-cert", "--tls-key", "--tls-ca")) and \
+        "--insecure" not in args
+
+
+def test_services_are_probed_and_speak_tls_and_agent_sidecar_has_what_it_needs():
     for name, port in (("controller", 7000), ("analyzer", 7001)):
         (c,) = _containers(render(name))
-        assert c["livenessProbe"]["grpc"]["port"] == port and c["readinessProbe"]["grpc"]["port"] == port
+        assert c["livenessProbe"]["tcpSocket"]["port"] == port
+        assert c["readinessProbe"]["tcpSocket"]["port"] == port
         assert c["image"].startswith("registry.example.com/netskel:")
+        assert _tls_args(c["args"])
+        mounts = {m["mountPath"] for m in c["volumeMounts"]}
+        assert "/etc/netskel/tls" in mounts
     agent = next(c for c in _containers(render("agent-sidecar")) if c["name"] == "netskel-agent")
     caps = agent["securityContext"]["capabilities"]
     assert caps["add"] == ["NET_RAW"] and caps["drop"] == ["ALL"]
     assert agent["resources"]["limits"]["rdma/hca"] == 1
     assert agent["livenessProbe"]["httpGet"]["path"] == "/metrics"
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["NETSKEL_TLS_CERT"].startswith("/etc/netskel/tls/")
+    (worker,) = [d for d in render("agent-sidecar") if d["kind"] == "StatefulSet"]
+    (tls,) = [v for v in worker["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
+    assert tls["csi"]["volumeAttributes"]["csi.cert-manager.io/uri-sans"] == \
+        "netskel://agent/${POD_NAME}"
 
 
 def test_image_builds_where_docker_runs():

@@ -193,3 +193,44 @@ def test_flags_say_tls_or_insecure_in_one_clear_error(certs, tmp_path):
 def _write(path, data: bytes):
     path.write_bytes(data)
     return path
+
+
+def _get(url: str, headers: dict[str, str] | None = None, context=None) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),
+                                    timeout=5, context=context) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def test_web_page_wants_a_token_or_a_certificate(topo_file, certs):
+    import ssl
+
+    def web(security):
+        return start_analyzer(AnalyzerConfig(topology=str(topo_file), controller="unix:/none",
+                                             listen=("127.0.0.1:0",), web_listen="127.0.0.1:0"),
+                              sec=security)
+
+    ana = web(Security(None, TOKEN))
+    try:
+        base = f"http://127.0.0.1:{ana.web.port}/api/state"
+        assert _get(base) == 401
+        assert _get(base, {"Authorization": "Bearer nope-nope-nope-nope"}) == 401
+        assert _get(base, {"Authorization": f"Bearer {TOKEN}"}) == 200
+        assert _get(f"{base}?token={TOKEN}") == 200
+    finally:
+        ana.stop(0)
+    ana = web(sec(certs, "analyzer"))
+    try:
+        base = f"https://localhost:{ana.web.port}/api/state"
+        anonymous = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        assert _get(base, context=anonymous) == 401
+        operator = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        operator.load_cert_chain(certs / "operator.pem", certs / "operator.key")
+        assert _get(base, context=operator) == 200
+    finally:
+        ana.stop(0)
