@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import bisect
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -57,6 +61,34 @@ CheckRunner = Callable[[list[Pair], float], tuple[list[WindowStats], dict[Pair, 
 
 def _no_checks(pairs: list[Pair], seconds: float) -> tuple[list[WindowStats], dict[Pair, str]]:
     raise UnavailableError("active checks need the controller; this analyzer has none")
+
+
+PAGE_SIZE = 1000
+MAX_PAGE_SIZE = 5000
+
+
+def encode_page_token(last: Incident) -> str:
+    """Where the next page starts: after this incident in (start, id) order.
+    A position, not an offset, so incidents opened meanwhile shift nothing."""
+    raw = json.dumps([last.start, last.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def decode_page_token(token: str) -> tuple[float, str] | None:
+    if not token:
+        return None
+    try:
+        start, ident = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return float(start), str(ident)
+    except (ValueError, TypeError, binascii.Error):
+        raise InputError("ListIncidents: page_token is not one this server gave") from None
+
+
+def incident_page(ordered: list[Incident], size: int, after: tuple[float, str] | None
+                  ) -> tuple[list[Incident], bool]:
+    """The `size` incidents after `after` in (start, id) order, and whether more follow."""
+    lo = 0 if after is None else bisect.bisect_right([(i.start, i.id) for i in ordered], after)
+    return ordered[lo:lo + size], lo + size < len(ordered)
 
 
 class NetDiagService(dpb_grpc.NetDiagServicer):
@@ -123,9 +155,16 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
         return await blocking(self._list_incidents, request)
 
     def _list_incidents(self, request: dpb.ListIncidentsRequest) -> dpb.ListIncidentsResponse:
+        size = request.page_size or PAGE_SIZE
+        if size > MAX_PAGE_SIZE:
+            raise InputError(f"ListIncidents: page_size at most {MAX_PAGE_SIZE}, got {size}")
+        after = decode_page_token(request.page_token)
         with self.lock:
             found = self.engine.list_incidents(request.open_only, request.since)
-            return dpb.ListIncidentsResponse(incidents=[serde.incident_to_pb(i) for i in found])
+            page, more = incident_page(found, size, after)
+            return dpb.ListIncidentsResponse(
+                incidents=[serde.incident_to_pb(i) for i in page],
+                next_page_token=encode_page_token(page[-1]) if more else "")
 
     async def WatchIncidents(self, request: dpb.WatchIncidentsRequest, context: Ctx
                              ) -> AsyncIterator[cpb.Incident]:

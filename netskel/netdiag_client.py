@@ -35,8 +35,15 @@ def run_netdiag(a: argparse.Namespace) -> int:
         stub = dpb_grpc.NetDiagStub(ch)
         try:
             if a.incidents or a.blamed:
-                resp = stub.ListIncidents(dpb.ListIncidentsRequest(open_only=a.open), timeout=10)
-                docs = [serde.incident_from_pb(i).to_doc() for i in resp.incidents]
+                docs = []
+                token = ""
+                while True:  # every page
+                    resp = stub.ListIncidents(dpb.ListIncidentsRequest(
+                        open_only=a.open, page_token=token), timeout=10)
+                    docs += [serde.incident_from_pb(i).to_doc() for i in resp.incidents]
+                    token = resp.next_page_token
+                    if not token:
+                        break
                 if a.component_type:
                     docs = [d for d in docs if d["component"]["type"] == a.component_type]
                 if a.blamed:

@@ -204,3 +204,59 @@ def test_example_client_names_the_component(stack, topo_doc):
     assert out.returncode == 1, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "NETWORK_FAULT" and inc.component.id in lines[1] and "LOSS" in lines[1]
+
+
+def test_list_incidents_pages_through_more_than_a_message_holds(topo_file, tmp_path, capsys):
+    """12,000 incidents with long evidence would exceed the 4 MB message
+    limit in one answer; pages of at most 5,000 get every one, once, in
+    order, even while new ones open between pages."""
+    from argparse import Namespace
+
+    from netskel.model import Component, Incident
+    from netskel.netdiag_client import run_netdiag
+
+    ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller="unix:/none",
+                                        listen=("127.0.0.1:0",)))
+    pad = "x" * 400
+
+    def add(k: int) -> None:
+        ana.engine.incidents[f"inc-{k:06d}"] = Incident(
+            id=f"inc-{k:06d}", start=float(k % 997), end=float(k % 997) + 1.0, symptom="loss",
+            layer="underlay", component=Component("link", f"l{k}"), pairs=[], confidence=0.5,
+            evidence={"note": pad})
+
+    for k in range(12_000):
+        add(k)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{ana.ports[0]}") as ch:
+            nd = dpb_grpc.NetDiagStub(ch)
+            seen, token, pages = [], "", 0
+            while True:
+                r = nd.ListIncidents(dpb.ListIncidentsRequest(page_size=5000, page_token=token),
+                                     timeout=10)
+                assert r.ByteSize() < 4 * 1024 * 1024
+                seen += [(i.start, i.id) for i in r.incidents]
+                pages += 1
+                if pages == 1:
+                    with ana.lock:  # opened between pages, before the cursor: not repeated
+                        add(12_000)
+                token = r.next_page_token
+                if not token:
+                    break
+            assert pages == 3 and seen == sorted(seen) and len(set(seen)) == len(seen)
+            assert len(seen) >= 12_000
+            with pytest.raises(grpc.RpcError) as e:
+                nd.ListIncidents(dpb.ListIncidentsRequest(page_token="garbage!"), timeout=5)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            with pytest.raises(grpc.RpcError) as e:
+                nd.ListIncidents(dpb.ListIncidentsRequest(page_size=5001), timeout=5)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # The command line follows every page.
+        assert run_netdiag(Namespace(server=f"127.0.0.1:{ana.ports[0]}", tls_ca=None,
+                                     tls_cert=None, tls_key=None, token_file=None,
+                                     incidents=True, blamed=False, open=False,
+                                     component_type=None, json=True)) == 0
+        import json
+        assert len(json.loads(capsys.readouterr().out)["incidents"]) == 12_001
+    finally:
+        ana.stop(0)

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from netskel.api.v1 import common_pb2 as netskel_dot_api_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cnetskel/api/v1/netdiag.proto\x12\x0enetskel.api.v1\x1a\x1bnetskel/api/v1/common.proto\"\x9a\x01\n\x0f\x44iagnoseRequest\x12\x11\n\tendpoints\x18\x01 \x03(\t\x12+\n\x05pairs\x18\x02 \x03(\x0b\x32\x1c.netskel.api.v1.EndpointPair\x12\r\n\x05start\x18\x03 \x01(\x01\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x01\x12\x14\n\x0c\x61\x63tive_check\x18\x05 \x01(\x08\x12\x15\n\rcheck_seconds\x18\x06 \x01(\x01\"\x96\x01\n\x0bPairVerdict\x12*\n\x04pair\x18\x01 \x01(\x0b\x32\x1c.netskel.api.v1.EndpointPair\x12(\n\x07verdict\x18\x02 \x01(\x0e\x32\x17.netskel.api.v1.Verdict\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nroute_from\x18\x04 \x01(\t\x12\r\n\x05route\x18\x05 \x01(\t\"\xc7\x01\n\x10\x44iagnoseResponse\x12(\n\x07verdict\x18\x01 \x01(\x0e\x32\x17.netskel.api.v1.Verdict\x12+\n\tincidents\x18\x02 \x03(\x0b\x32\x18.netskel.api.v1.Incident\x12*\n\x05pairs\x18\x03 \x03(\x0b\x32\x1b.netskel.api.v1.PairVerdict\x12\x30\n\x0e\x63heck_findings\x18\x04 \x03(\x0b\x32\x18.netskel.api.v1.Incident\"O\n\x12PairHistoryRequest\x12*\n\x04pair\x18\x01 \x01(\x0b\x32\x1c.netskel.api.v1.EndpointPair\x12\r\n\x05since\x18\x02 \x01(\x01\"\x80\x01\n\x0cHistoryPoint\x12\x14\n\x0cwindow_start\x18\x01 \x01(\x01\x12\x0c\n\x04size\x18\x02 \x01(\r\x12\x12\n\nrtt_median\x18\x03 \x01(\x01\x12\x0f\n\x07rtt_p75\x18\x04 \x01(\x01\x12\x0c\n\x04sent\x18\x05 \x01(\r\x12\x0c\n\x04lost\x18\x06 \x01(\r\x12\x0b\n\x03src\x18\x07 \x01(\t\"C\n\x13PairHistoryResponse\x12,\n\x06points\x18\x01 \x03(\x0b\x32\x1c.netskel.api.v1.HistoryPoint\"8\n\x14ListIncidentsRequest\x12\x11\n\topen_only\x18\x01 \x01(\x08\x12\r\n\x05since\x18\x02 \x01(\x01\"D\n\x15ListIncidentsResponse\x12+\n\tincidents\x18\x01 \x03(\x0b\x32\x18.netskel.api.v1.Incident\"\x17\n\x15WatchIncidentsRequest*W\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0e\n\nNETWORK_OK\x10\x01\x12\x11\n\rNETWORK_FAULT\x10\x02\x12\x10\n\x0cINCONCLUSIVE\x10\x03\x32\xe3\x02\n\x07NetDiag\x12M\n\x08\x44iagnose\x12\x1f.netskel.api.v1.DiagnoseRequest\x1a .netskel.api.v1.DiagnoseResponse\x12\\\n\rListIncidents\x12$.netskel.api.v1.ListIncidentsRequest\x1a%.netskel.api.v1.ListIncidentsResponse\x12S\n\x0eWatchIncidents\x12%.netskel.api.v1.WatchIncidentsRequest\x1a\x18.netskel.api.v1.Incident0\x01\x12V\n\x0bPairHistory\x12\".netskel.api.v1.PairHistoryRequest\x1a#.netskel.api.v1.PairHistoryResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cnetskel/api/v1/netdiag.proto\x12\x0enetskel.api.v1\x1a\x1bnetskel/api/v1/common.proto\"\x9a\x01\n\x0f\x44iagnoseRequest\x12\x11\n\tendpoints\x18\x01 \x03(\t\x12+\n\x05pairs\x18\x02 \x03(\x0b\x32\x1c.netskel.api.v1.EndpointPair\x12\r\n\x05start\x18\x03 \x01(\x01\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x01\x12\x14\n\x0c\x61\x63tive_check\x18\x05 \x01(\x08\x12\x15\n\rcheck_seconds\x18\x06 \x01(\x01\"\x96\x01\n\x0bPairVerdict\x12*\n\x04pair\x18\x01 \x01(\x0b\x32\x1c.netskel.api.v1.EndpointPair\x12(\n\x07verdict\x18\x02 \x01(\x0e\x32\x17.netskel.api.v1.Verdict\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nroute_from\x18\x04 \x01(\t\x12\r\n\x05route\x18\x05 \x01(\t\"\xc7\x01\n\x10\x44iagnoseResponse\x12(\n\x07verdict\x18\x01 \x01(\x0e\x32\x17.netskel.api.v1.Verdict\x12+\n\tincidents\x18\x02 \x03(\x0b\x32\x18.netskel.api.v1.Incident\x12*\n\x05pairs\x18\x03 \x03(\x0b\x32\x1b.netskel.api.v1.PairVerdict\x12\x30\n\x0e\x63heck_findings\x18\x04 \x03(\x0b\x32\x18.netskel.api.v1.Incident\"O\n\x12PairHistoryRequest\x12*\n\x04pair\x18\x01 \x01(\x0b\x32\x1c.netskel.api.v1.EndpointPair\x12\r\n\x05since\x18\x02 \x01(\x01\"\x80\x01\n\x0cHistoryPoint\x12\x14\n\x0cwindow_start\x18\x01 \x01(\x01\x12\x0c\n\x04size\x18\x02 \x01(\r\x12\x12\n\nrtt_median\x18\x03 \x01(\x01\x12\x0f\n\x07rtt_p75\x18\x04 \x01(\x01\x12\x0c\n\x04sent\x18\x05 \x01(\r\x12\x0c\n\x04lost\x18\x06 \x01(\r\x12\x0b\n\x03src\x18\x07 \x01(\t\"C\n\x13PairHistoryResponse\x12,\n\x06points\x18\x01 \x03(\x0b\x32\x1c.netskel.api.v1.HistoryPoint\"_\n\x14ListIncidentsRequest\x12\x11\n\topen_only\x18\x01 \x01(\x08\x12\r\n\x05since\x18\x02 \x01(\x01\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\t\"]\n\x15ListIncidentsResponse\x12+\n\tincidents\x18\x01 \x03(\x0b\x32\x18.netskel.api.v1.Incident\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x17\n\x15WatchIncidentsRequest*W\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0e\n\nNETWORK_OK\x10\x01\x12\x11\n\rNETWORK_FAULT\x10\x02\x12\x10\n\x0cINCONCLUSIVE\x10\x03\x32\xe3\x02\n\x07NetDiag\x12M\n\x08\x44iagnose\x12\x1f.netskel.api.v1.DiagnoseRequest\x1a .netskel.api.v1.DiagnoseResponse\x12\\\n\rListIncidents\x12$.netskel.api.v1.ListIncidentsRequest\x1a%.netskel.api.v1.ListIncidentsResponse\x12S\n\x0eWatchIncidents\x12%.netskel.api.v1.WatchIncidentsRequest\x1a\x18.netskel.api.v1.Incident0\x01\x12V\n\x0bPairHistory\x12\".netskel.api.v1.PairHistoryRequest\x1a#.netskel.api.v1.PairHistoryResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'netskel.api.v1.netdiag_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERDICT']._serialized_start=1023
-  _globals['_VERDICT']._serialized_end=1110
+  _globals['_VERDICT']._serialized_start=1087
+  _globals['_VERDICT']._serialized_end=1174
   _globals['_DIAGNOSEREQUEST']._serialized_start=78
   _globals['_DIAGNOSEREQUEST']._serialized_end=232
   _globals['_PAIRVERDICT']._serialized_start=235
@@ -47,11 +47,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PAIRHISTORYRESPONSE']._serialized_start=801
   _globals['_PAIRHISTORYRESPONSE']._serialized_end=868
   _globals['_LISTINCIDENTSREQUEST']._serialized_start=870
-  _globals['_LISTINCIDENTSREQUEST']._serialized_end=926
-  _globals['_LISTINCIDENTSRESPONSE']._serialized_start=928
-  _globals['_LISTINCIDENTSRESPONSE']._serialized_end=996
-  _globals['_WATCHINCIDENTSREQUEST']._serialized_start=998
-  _globals['_WATCHINCIDENTSREQUEST']._serialized_end=1021
-  _globals['_NETDIAG']._serialized_start=1113
-  _globals['_NETDIAG']._serialized_end=1468
+  _globals['_LISTINCIDENTSREQUEST']._serialized_end=965
+  _globals['_LISTINCIDENTSRESPONSE']._serialized_start=967
+  _globals['_LISTINCIDENTSRESPONSE']._serialized_end=1060
+  _globals['_WATCHINCIDENTSREQUEST']._serialized_start=1062
+  _globals['_WATCHINCIDENTSREQUEST']._serialized_end=1085
+  _globals['_NETDIAG']._serialized_start=1177
+  _globals['_NETDIAG']._serialized_end=1532
 # @@protoc_insertion_point(module_scope)

@@ -255,19 +255,29 @@ class ListIncidentsRequest(_message.Message):
 
     OPEN_ONLY_FIELD_NUMBER: _builtins.int
     SINCE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     open_only: _builtins.bool
     """Only incidents without an end."""
     since: _builtins.float
     """Only incidents active at or after this time (0: all)."""
+    page_size: _builtins.int
+    """Incidents per page, ordered by start then id: 0 means 1,000; at most
+    5,000 (a page stays far below the 4 MB message limit).
+    """
+    page_token: _builtins.str
+    """From the previous response's next_page_token; empty for the first page."""
     def __init__(
         self,
         *,
         open_only: _builtins.bool = ...,
         since: _builtins.float = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["open_only", b"open_only", "since", b"since"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["open_only", b"open_only", "page_size", b"page_size", "page_token", b"page_token", "since", b"since"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -278,16 +288,20 @@ class ListIncidentsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     INCIDENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
     @_builtins.property
     def incidents(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Incident]: ...
     def __init__(
         self,
         *,
         incidents: _abc.Iterable[_common_pb2.Incident] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["incidents", b"incidents"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incidents", b"incidents", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
