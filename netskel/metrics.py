@@ -32,6 +32,8 @@ PROBES_LOST = Counter("netskel_probes_lost_total", "Probes without a reply in ti
 PROBE_RTT = Histogram("netskel_probe_rtt_microseconds", "Probe round-trip time", ["src"],
                       buckets=(5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000))
 PROBES_ANSWERED = Counter("netskel_probes_answered_total", "Probes echoed by the responder")
+PROBES_REFUSED = Counter("netskel_probes_refused_total",
+                         "Datagrams the responder did not answer", ["reason"])
 CONTROLLER_RECONNECTS = Counter("netskel_controller_reconnects_total",
                                 "Times the agent reconnected to the controller")
 

@@ -16,6 +16,7 @@ import socket
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -57,10 +58,35 @@ def _recv(s: socket.socket) -> tuple[bytes, tuple[str, int], int] | None:
     return data, addr, t_ns
 
 
-class Responder:
-    """Echoes probes on every endpoint address."""
+class SourceLimit:
+    """Per-source token buckets (a source: a prober's address and the local
+    endpoint it probes): a source may burst `burst` probes, then
+    `rate` a second. The responder is a UDP echo anyone can reach, so a
+    forged source must not turn it into a flood (the reply is never larger
+    than the probe, and never more frequent than this). Sources are kept
+    LRU-bounded: spoofing many addresses costs memory that does not grow."""
 
-    def __init__(self, addresses: Iterable[str], port: int) -> None:
+    def __init__(self, rate: float = 500.0, burst: float = 1000.0, sources: int = 65536) -> None:
+        self.rate, self.burst, self.sources = rate, burst, sources
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def allow(self, source: str, now: float) -> bool:
+        tokens, last = self._buckets.pop(source, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        ok = tokens >= 1.0
+        self._buckets[source] = (tokens - 1.0 if ok else tokens, now)
+        if len(self._buckets) > self.sources:
+            self._buckets.popitem(last=False)
+        return ok
+
+
+class Responder:
+    """Echoes well-formed probes on every endpoint address, each source
+    within its rate."""
+
+    def __init__(self, addresses: Iterable[str], port: int,
+                 limit: SourceLimit | None = None) -> None:
+        self.limit = limit or SourceLimit()
         self.sockets = [_open(ip, port) for ip in addresses]
         self.port = self.sockets[0].getsockname()[1] if self.sockets else port
         self._sel = selectors.DefaultSelector()
@@ -69,6 +95,7 @@ class Responder:
         self.garbage = 0
 
     def serve(self, stop: threading.Event) -> None:
+        local = {s: s.getsockname()[0] for s in self.sockets}
         while not stop.is_set():
             for key, _ in self._sel.select(timeout=0.2):
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
@@ -79,6 +106,12 @@ class Responder:
                     p = wire.decode(data)
                     if p is None or p.kind != wire.KIND_PROBE:
                         self.garbage += 1
+                        metrics.PROBES_REFUSED.labels(reason="malformed").inc()
+                        continue
+                    # Per source and local endpoint: one prober's probes to
+                    # this endpoint are one pair's, at the pair's rate.
+                    if not self.limit.allow(f"{addr[0]}>{local[sock]}", t_rx / 1e9):
+                        metrics.PROBES_REFUSED.labels(reason="rate").inc()
                         continue
                     reply = wire.reply_to(data, time.time_ns() - t_rx)
                     try:

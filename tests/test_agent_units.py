@@ -14,7 +14,7 @@ from netskel.errors import InputError
 from probe_agent import wire
 from probe_agent.agent import parse_endpoint, size_classes
 from probe_agent.rdma import rdma_availability
-from probe_agent.udp import Responder
+from probe_agent.udp import Responder, SourceLimit
 from probe_agent.window import WindowAccumulator
 
 
@@ -79,6 +79,49 @@ def test_responder_survives_garbage_and_still_answers():
         reply = wire.decode(data)
         assert reply is not None and reply.kind == wire.KIND_REPLY and reply.seq == 1
         assert r.garbage >= 2
+    finally:
+        stop.set()
+        t.join()
+        r.close()
+
+
+def test_source_limit_bursts_then_holds_each_source_to_its_rate():
+    lim = SourceLimit(rate=10.0, burst=5.0, sources=2)
+    assert [lim.allow("a", 0.0) for _ in range(7)] == [True] * 5 + [False] * 2
+    assert lim.allow("b", 0.0)  # another source has its own bucket
+    assert not lim.allow("a", 0.05) and lim.allow("a", 0.1)  # one token per 0.1 s
+    lim.allow("c", 0.1)  # a third source evicts the least recently seen ("b")
+    assert len(lim._buckets) == 2 and "b" not in lim._buckets
+
+
+def test_responder_echoes_only_well_formed_probes_byte_for_byte_within_rate():
+    r = Responder(["127.0.0.1"], 0, SourceLimit(rate=1e-9, burst=3.0))
+    stop = threading.Event()
+    t = threading.Thread(target=r.serve, args=(stop,), daemon=True)
+    t.start()
+    try:
+        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        c.settimeout(0.5)
+        probe = wire.encode(wire.Probe(wire.KIND_PROBE, 256, 1, 2, 3))
+        # Not answered: a reply, a probe whose declared size is not its length,
+        # a probe with bytes appended (a larger echo would amplify).
+        for bad in (wire.encode(wire.Probe(wire.KIND_REPLY, 256, 1, 2, 3)),
+                    probe[:200], probe + b"extra"):
+            c.sendto(bad, ("127.0.0.1", r.port))
+        answered = []
+        for seq in range(5):
+            c.sendto(wire.encode(wire.Probe(wire.KIND_PROBE, 256, seq, 2, 3)),
+                     ("127.0.0.1", r.port))
+        try:
+            while True:
+                data, _ = c.recvfrom(4096)
+                answered.append(data)
+        except TimeoutError:
+            pass
+        # Burst of 3 from this source, then nothing (the rate is ~0).
+        assert len(answered) == 3 and all(len(d) == 256 for d in answered)
+        assert [wire.decode(d).seq for d in answered] == [0, 1, 2]  # type: ignore[union-attr]
+        assert r.garbage == 3
     finally:
         stop.set()
         t.join()
