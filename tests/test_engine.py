@@ -3,6 +3,7 @@ and verdicts out."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -115,9 +116,33 @@ def test_unknown_and_empty_requests(engine):
     (WindowStats("a", "a", T0, T0 + W, 64, 10, 0), "src equals dst"),
 ])
 def test_absurd_windows_are_rejected_and_do_not_poison_history(engine, bad, reason):
-    rejected = engine.add_windows([bad])
+    """Each absurd window stands in for a real pair's window after a healthy
+    history; had it been taken (most of them say "all lost"), the pair
+    would be judged on it. Rejected, the pair keeps only its good windows
+    and nothing opens."""
+    pair = rail_pairs(0)[0]
+    for k in range(3):
+        assert feed(engine, k) == []
+    shift = 3 * W
+    forged = dataclasses.replace(bad, src=pair[0], dst=pair[0] if bad.src == bad.dst else pair[1],
+                                 window_start=bad.window_start + shift,
+                                 window_end=bad.window_end + shift)
+    rest = [win(a, b, 3) for r in range(2) for a, b in rail_pairs(r) if (a, b) != pair]
+    rejected = engine.add_windows([*rest, forged])
     assert len(rejected) == 1 and reason in rejected[0]
-    assert engine.flush() == []
+    assert engine.tick(T0 + 4 * W + 5) == []
+    assert [p.start for p in engine.history.points(pair, 0)] == [T0, T0 + W, T0 + 2 * W]
+
+
+def test_the_same_slot_with_a_plausible_total_loss_is_judged(engine):
+    """The control for the test above: valid all-lost windows from that slot
+    on are taken into the pair's history and open an incident."""
+    pair = rail_pairs(0)[0]
+    for k in range(3):
+        assert feed(engine, k) == []
+    changed = feed(engine, 3, bad={pair}, lost=300) + feed(engine, 4, bad={pair}, lost=300)
+    assert any(pair in [tuple(p) for p in i.pairs] for i in changed)
+    assert T0 + 3 * W in [p.start for p in engine.history.points(pair, 0)]
 
 
 def test_vote_spreads_over_ecmp_and_healthy_single_paths_clear():

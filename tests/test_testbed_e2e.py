@@ -5,11 +5,14 @@ One deployment serves the module; each test leaves the cluster healthy."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
+import warnings
 from pathlib import Path
 
 import grpc
@@ -166,11 +169,22 @@ def test_link_loss_is_detected_live(dep):
 
 
 def _page_shows_fault(dep, inc) -> None:
-    """The web page, rendered by headless Chromium, lists the open incident
-    and draws its link (or switch) as blamed; a screenshot is kept in
-    artifacts/ for people."""
+    """The web page's state lists the open incident and blames its link (or
+    switch); rendered by headless Chromium (where installed: scripts/setup.sh
+    installs it) the page lists and draws it, and a screenshot is kept in
+    artifacts/ for people. Without Chromium the test goes on: its closure
+    check still runs."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{dep.analyzer.web.port}/api/state",
+                                timeout=10) as r:
+        state = json.loads(r.read())
+    listed = [i for i in state["incidents"] if i["id"] == inc.id]
+    assert listed and listed[0]["end"] is None, "the open incident must be in the page's state"
+    kind = "link" if inc.component.type == cpb.COMPONENT_TYPE_LINK else "switch"
+    assert inc.component.id in state["blamed"][f"{kind}s"]
     if chromium() is None:
-        pytest.skip("chromium is not installed (scripts/setup.sh installs it)")
+        warnings.warn("chromium is not installed: the page's rendering was not checked",
+                      stacklevel=2)
+        return
     shot = ARTIFACTS / "web-fault.png"
     shot.parent.mkdir(exist_ok=True)
     shot.unlink(missing_ok=True)
@@ -179,7 +193,6 @@ def _page_shows_fault(dep, inc) -> None:
     row = re.search(rf'<tr class="incident open" data-component="{re.escape(inc.component.id)}"',
                     dom)
     assert row, "the open incident must be listed"
-    kind = "link" if inc.component.type == cpb.COMPONENT_TYPE_LINK else "switch"
     drawn = re.search(rf'<(?:line|rect)[^>]*class="{kind} blamed"[^>]*data-{kind}='
                       rf'"{re.escape(inc.component.id)}"', dom)
     assert drawn, f"the blamed {kind} must be drawn in red"
