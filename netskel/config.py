@@ -15,6 +15,14 @@ from netskel.errors import InputError
 T = TypeVar("T")
 
 
+def _positive(cfg: Any, where: str, names: tuple[str, ...]) -> None:
+    """One clear error for a rate or period that cannot work (not a crash later)."""
+    for n in names:
+        v = getattr(cfg, n)
+        if not v > 0:
+            raise InputError(f"{where}.{n}: must be positive, got {v}")
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     topology: str = ""                 # contract section 1 file
@@ -57,6 +65,12 @@ class AgentConfig:
     underlay_netns: str = ""
     trace_interval_s: float = 60.0     # seconds between route traces of each NIC pair
     metrics_port: int = 0
+
+    def __post_init__(self) -> None:
+        _positive(self, "agent", ("probe_rate_hz", "probe_timeout_s", "counter_hz",
+                                  "window_seconds", "vswitch_interval_s", "trace_interval_s"))
+        if not self.sizes or min(self.sizes) <= 0:
+            raise InputError("agent.sizes: one or more positive probe sizes")
 
 
 @dataclass(frozen=True)

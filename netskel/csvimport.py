@@ -26,6 +26,8 @@ REQUIRED = ("src_pod", "dst_pod", "src_ip", "dst_ip", "latency", "loss_rate", "p
 
 
 def _float(row: dict[str, str], col: str, where: str) -> float:
+    if row.get(col) is None:  # DictReader's filler for a short row
+        raise InputError(f"{where}: the row ends before column '{col}'")
     try:
         v = float(row[col])
     except ValueError:
@@ -39,12 +41,19 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
-    with p.open(newline="") as f:
+    # utf-8-sig: a byte-order mark before the first column name is not part of it.
+    with p.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
-        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-        if missing:
-            raise InputError(f"{p}: missing column '{missing[0]}'")
-        rows = list(reader)
+        try:
+            missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+            if missing:
+                raise InputError(f"{p}: missing column '{missing[0]}'")
+            rows = list(reader)
+        except UnicodeDecodeError as e:
+            raise InputError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} near line "
+                             f"{reader.line_num + 1})") from None
+        except csv.Error as e:
+            raise InputError(f"{p}:{reader.line_num}: {e}") from None
     if not rows:
         raise InputError(f"{p}: no rows")
     return rows

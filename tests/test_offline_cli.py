@@ -163,3 +163,31 @@ def test_servers_refuse_a_malformed_topology_in_one_line(tmp_path, cmd):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "links[0]: missing required field 'b'" in lines[0]
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"src_pod\xe9,dst_pod\n", "not UTF-8 text"),
+    ("\ufeff" + ",".join(__import__("netskel.csvimport", fromlist=["REQUIRED"]).REQUIRED)
+     + "\np,q,1.1.1.1\n", "the row ends before column"),
+    (b"a,b\n1,2\n", "missing column 'src_pod'"),
+])
+def test_import_csv_bad_input_is_one_line(tmp_path, capsys, content, says):
+    """A latin-1 byte, a short row after a byte-order mark, a foreign header:
+    one line each, no traceback, no output file."""
+    from netskel.cli import main
+
+    src = tmp_path / "in.csv"
+    src.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "o.parquet"
+    assert main(["import-csv", str(src), "--probes", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and not out.exists()
+
+
+def test_agent_with_a_rate_of_zero_is_one_line(capsys):
+    from netskel.cli import main
+
+    assert main(["agent", "--insecure", "--container", "c", "--host", "h", "--endpoint",
+                 "c/e0,h/n0,127.0.0.1", "--rate", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["netskel: error: agent.probe_rate_hz: must be positive, got 0.0"]
