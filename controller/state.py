@@ -102,11 +102,14 @@ class ControllerState:
             self.regs = {c: r.with_heartbeat(r.ready, now)
                          for c, r in store.load_registrations().items()}
             for c, (version, plist) in store.load_lists().items():
-                self.lists[c] = plist
                 self.versions[c] = version
-                self._count(plist, +1)
+                if plist:  # an empty list keeps a departed member's version only
+                    self.lists[c] = plist
+                    self._count(plist, +1)
+            self.departed = store.load_departed() - set(self.regs)
         self._owner = {e.id: c for c, r in self.regs.items() for e in r.endpoints}
         self._recompute()
+        metrics.AGENTS_REGISTERED.set(len(self.regs))
         log.info("controller state: %d registrations, %d lists",
                  len(self.regs), len(self.lists))
 
@@ -168,11 +171,12 @@ class ControllerState:
         for cid in scope:
             old = self.lists.get(cid, {})
             new = new_lists.get(cid)
-            if new is None:  # no longer a member
+            if new is None:  # no longer a member; its version is kept (versions only grow)
                 if cid in self.lists:
                     self._count(old, -1)
                     del self.lists[cid]
-                self.versions.pop(cid, None)
+                    if cid in self.versions:
+                        changed[cid] = (self.versions[cid], {})
                 continue
             d = diff_lists(old, new)
             if d or cid not in self.versions:
@@ -205,10 +209,13 @@ class ControllerState:
                 for e in prev.endpoints:
                     self._owner.pop(e.id, None)
             self._owner.update({e.id: reg.container for e in reg.endpoints})
+            was_gone = reg.container in self.departed
             self.departed.discard(reg.container)
             self._live[reg.container] = True
             if self.store is not None:
                 self.store.save_registration(reg)
+                if was_gone:
+                    self.store.arrived(reg.container)
             if prev is None or prev != reg:
                 self._index(reg.container)
                 self._recompute({old_job, reg.job}, also={reg.container})
@@ -243,7 +250,7 @@ class ControllerState:
             for e in reg.endpoints:
                 self._owner.pop(e.id, None)
             if self.store is not None:
-                self.store.delete_registration(container)
+                self.store.delete_registration(container, departed=True)
             self._index(container)
             self._recompute({reg.job}, also={container})
             self.membership_changed.set()

@@ -15,6 +15,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS registrations (container TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS pinglists (
     container TEXT PRIMARY KEY, version INTEGER NOT NULL, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS departed (container TEXT PRIMARY KEY);
 """
 
 
@@ -27,9 +28,23 @@ class Store(SqliteFile):
             self._db.execute("INSERT OR REPLACE INTO registrations VALUES (?, ?)",
                              (reg.container, json.dumps(asdict(reg))))
 
-    def delete_registration(self, container: str) -> None:
+    def delete_registration(self, container: str, departed: bool = False) -> None:
+        """With `departed`, the container left on purpose (Deregister): it
+        stays out of every list, across restarts, until it registers again."""
         with self._lock:
+            self._db.execute("BEGIN")
             self._db.execute("DELETE FROM registrations WHERE container = ?", (container,))
+            if departed:
+                self._db.execute("INSERT OR IGNORE INTO departed VALUES (?)", (container,))
+            self._db.execute("COMMIT")
+
+    def arrived(self, container: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM departed WHERE container = ?", (container,))
+
+    def load_departed(self) -> set[str]:
+        with self._lock:
+            return {c for (c,) in self._db.execute("SELECT container FROM departed")}
 
     def load_registrations(self) -> dict[str, Registration]:
         with self._lock:

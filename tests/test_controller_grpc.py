@@ -135,6 +135,48 @@ def test_restart_loses_no_registration_and_no_list(topo_file, topo_doc, tmp_path
         c2.stop(0)
 
 
+def test_restart_keeps_departures_gauges_and_growing_versions(topo_file, topo_doc, tmp_path):
+    """A container that left stays out of every list after a restart, the
+    registered-agents gauge reads what is registered, and a returning
+    agent's list version continues from where it was (versions only grow)."""
+    from prometheus_client import REGISTRY
+
+    db = tmp_path / "c.sqlite"
+    c = start_controller(_cfg(topo_file, db))
+    ch, stub = _stub(c.ports[0])
+    for h in range(4):
+        _register(stub, topo_doc, h)
+        stub.Heartbeat(pb.HeartbeatRequest(container=f"job7-w{h:03d}", ready=True))
+    gone = "job7-w003"
+    gone_eps = {e["id"] for e in topo_doc["containers"][3]["endpoints"]}
+    version_before = c.state.versions[gone]
+    stub.Deregister(pb.DeregisterRequest(container=gone))
+    ch.close()
+    c.stop(0)
+
+    def in_lists(state) -> bool:
+        return any(t.dst in gone_eps or t.src in gone_eps
+                   for pl in state.lists.values() for t in pl.values())
+
+    c2 = start_controller(_cfg(topo_file, db))
+    try:
+        assert gone not in c2.state.regs and not in_lists(c2.state)
+        assert REGISTRY.get_sample_value("netskel_agents_registered") == 3
+        ch, stub = _stub(c2.ports[0])
+        _register(stub, topo_doc, 3)
+        first = next(stub.WatchPingList(pb.WatchPingListRequest(container=gone), timeout=5))
+        assert first.version > version_before
+        assert in_lists(c2.state)
+        ch.close()
+    finally:
+        c2.stop(0)
+    c3 = start_controller(_cfg(topo_file, db))  # and it is back after another restart
+    try:
+        assert gone in c3.state.regs and in_lists(c3.state)
+    finally:
+        c3.stop(0)
+
+
 def test_silent_agent_is_announced_to_the_feed(controller, topo_doc):
     ch, stub = _stub(controller.ports[0])
     feed = stub.WatchReports(pb.WatchReportsRequest())
