@@ -11,12 +11,14 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from netskel.errors import InputError, NetskelError
 from netskel.heap import retain_freed_memory
 from netskel.progress import Progress
-from netskel.security import Security, from_flags, warn_if_insecure
+
+if TYPE_CHECKING:
+    from netskel.security import Security
 
 
 def write_json_atomic(path: str | Path, doc: Any) -> None:
@@ -80,7 +82,7 @@ def cmd_controller(a: argparse.Namespace) -> int:
     sec = _security(a, "controller")
     _metrics(cfg.metrics_port, a.metrics_addr)
     running = start_controller(cfg, sec)
-    warn_if_insecure(sec, "controller")
+    _warn_if_insecure(sec, "controller")
     print(f"controller listening on {running.ports}", flush=True)
     _wait_for_signal()
     running.stop()
@@ -107,7 +109,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
     sec = _security(a, "agent")
     agent = Agent(cfg, sec)
     agent.start()
-    warn_if_insecure(sec, "agent")
+    _warn_if_insecure(sec, "agent")
     _metrics(cfg.metrics_port, a.metrics_addr)  # up only once the agent is: readiness for scrapers too
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
     _wait_for_signal()
@@ -124,7 +126,7 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
     sec = _security(a, "analyzer")
     _metrics(cfg.metrics_port, a.metrics_addr)
     running = start_analyzer(cfg, sec=sec)
-    warn_if_insecure(sec, "analyzer")
+    _warn_if_insecure(sec, "analyzer")
     print(f"analyzer (NetDiag) listening on {running.ports}", flush=True)
     if running.web is not None:
         print(f"web page on http://{cfg.web_listen.rpartition(':')[0] or '127.0.0.1'}:"
@@ -329,12 +331,20 @@ def _metrics(port: int, addr: str = "0.0.0.0") -> None:
 def _security(a: argparse.Namespace, role: str) -> Security:
     """TLS from flags (or NETSKEL_TLS_CERT/KEY/CA, NETSKEL_INSECURE=1 for
     sidecars configured by environment); plaintext only when asked for."""
+    from netskel.security import from_flags
+
     env = os.environ.get
     return from_flags(a.tls_cert or env("NETSKEL_TLS_CERT", ""),
                       a.tls_key or env("NETSKEL_TLS_KEY", ""),
                       a.tls_ca or env("NETSKEL_TLS_CA", ""),
                       a.insecure or env("NETSKEL_INSECURE", "") == "1", role,
                       getattr(a, "token_file", None) or "")
+
+
+def _warn_if_insecure(sec: Security, role: str) -> None:
+    from netskel.security import warn_if_insecure
+
+    warn_if_insecure(sec, role)
 
 
 def _tls_flags(p: argparse.ArgumentParser, server: bool) -> None:

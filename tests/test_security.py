@@ -4,6 +4,7 @@ analyzer's, NetDiag wants a certificate or a token."""
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 
@@ -114,7 +115,7 @@ def test_a_certified_agent_registers_and_its_list_arrives(controller, certs, top
             pass
 
     threading.Thread(target=follow, daemon=True).start()
-    agents = [Agent(agent_cfg(topo_doc, h, controller), agent_sec(
+    agents = [Agent(dataclasses.replace(agent_cfg(topo_doc, h, controller), probe_port=0), agent_sec(
         certs, topo_doc["containers"][h]["id"])) for h in (0, 1)]
     try:
         for ag in agents:
