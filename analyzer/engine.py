@@ -109,6 +109,7 @@ class Analyzer:
         # Keyed by component: a loss that turns into unreachability is one incident.
         self._open: dict[tuple[str, str], str] = {}
         self._streak: dict[tuple[str, str], tuple[int, float]] = {}
+        self._window_len = 30.0  # of the windows being processed (set per window)
         self._open_drift: dict[tuple[str, str], str] = {}
         self._streak_drift: dict[tuple[str, str], tuple[int, float]] = {}
         self.detector = Detector(cfg)
@@ -170,8 +171,10 @@ class Analyzer:
             self.dead.difference_update(state.endpoints)
         elif state.registered:
             self.dead.update(state.endpoints)
-        else:  # deregistered: gone on purpose, not a fault
+        else:  # deregistered: gone on purpose, not a fault (nor a silent agent)
             self.dead.difference_update(state.endpoints)
+            for e in state.endpoints:
+                self._last_probe.pop(e, None)
             self.departed.update({e: state.last_heartbeat for e in state.endpoints})
             if len(self.departed) > DEPARTED_KEPT:  # containers come and go: forget the oldest
                 for e, _ in sorted(self.departed.items(), key=lambda x: x[1])[:len(self.departed)
@@ -456,7 +459,8 @@ class Analyzer:
         for src in probing:
             self._last_probe[src] = start
         horizon = start - self.cfg.history_seconds
-        self._silent = {e for e, t in self._last_probe.items() if horizon <= t < start}
+        self._silent = {e for e, t in self._last_probe.items()
+                        if horizon <= t < start and e not in self.departed}
         self._note_routes(windows)
 
     def _note_routes(self, windows: Iterable[WindowStats]) -> None:
@@ -488,6 +492,7 @@ class Analyzer:
         metrics.WINDOWS_ANALYZED.inc(len(windows))
         if not windows:
             return []
+        self._window_len = end - start
         self._note_probers(start, windows)
         rows = self.detector.rows_for([(w.src, w.dst, w.size) for w in windows])
         self._index_rows()
@@ -603,6 +608,14 @@ class Analyzer:
         return {self._group_link[g]: int(counts[g]) for g in np.flatnonzero(counts).tolist()
                 if self._group_link[g]}
 
+    def _lasted(self, symptom: str, first: float, start: float) -> bool:
+        """A slowdown opens an incident only once it has lasted
+        `latency_min_seconds` (from its first window's start to the current
+        window's end): with short windows, more of them are needed."""
+        if symptom != "latency":
+            return True
+        return start + self._window_len - first >= self.cfg.latency_min_seconds
+
     def _persist(self, symptom: str) -> int:
         if symptom == "latency":
             return self.cfg.latency_persist_windows
@@ -681,7 +694,8 @@ class Analyzer:
             # A finding nothing explains (an endpoint guess) is weak evidence:
             # it must hold a window longer than what it guesses about.
             need = persist(f.symptom) + (1 if f.component.type == "endpoint" else 0)
-            if count < need and key not in open_map:
+            if (count < need or not self._lasted(f.symptom, first, start)) and \
+                    key not in open_map:
                 continue
             ev = dict(f.evidence)
             ev["windows"] = {f"{a}|{b}": evidence.get((a, b), {}) for a, b in f.pairs[:20]}

@@ -1,7 +1,8 @@
 """Soak: containers come and go for a while; healthy pairs must raise nothing
 and the servers must not grow.
 
-One controller and one analyzer (in this process, fast 2 s windows) and one
+One controller and one analyzer (in this process, production settings: 30 s
+windows) and one
 real agent per container (each its own process, probing over loopback
 addresses). Every 30-90 s (scaled by --speed) one container stops cleanly
 (SIGTERM: it deregisters) or a stopped one starts again. Every 10 s the
@@ -62,7 +63,7 @@ def main() -> None:
         (Path(d) / "t.json").write_text(json.dumps(doc))
         sock = f"unix:{d}/c.sock"
         ctl = start_controller(ControllerConfig(topology=f"{d}/t.json", listen=(sock,),
-                                                db=f"{d}/c.sqlite", window_seconds=2,
+                                                db=f"{d}/c.sqlite",
                                                 heartbeat_interval_ms=500,
                                                 heartbeat_timeout_s=5))
         ana = start_analyzer(AnalyzerConfig(topology=f"{d}/t.json", controller=sock,
@@ -89,6 +90,7 @@ def main() -> None:
         samples: list[tuple[float, int, float]] = []
         events: list[tuple[float, str, int]] = []
         t0 = time.monotonic()
+        wall0 = time.time()
         end = t0 + a.minutes * 60
         next_churn = t0 + rng.uniform(30, 90) / a.speed
         next_sample = t0 + 10
@@ -129,7 +131,12 @@ def main() -> None:
         "joins": sum(e[1] == "join" for e in events),
         "leaves": sum(e[1] == "leave" for e in events),
         "incidents": len(incidents),
-        "incident_components": sorted({i["component"]["id"] for i in incidents}),
+        "incident_list": [{"component": f'{i["component"]["type"]}:{i["component"]["id"]}',
+                           "layer": i["layer"], "symptom": i["symptom"],
+                           "start_s": round(i["start"] - wall0, 1),
+                           "end_s": None if i["end"] is None else round(i["end"] - wall0, 1),
+                           "pairs": len(i["pairs"])} for i in incidents],
+        "events": [(round(t, 1), kind, h) for t, kind, h in events],
         "threads_first_quarter": avg(first, 1), "threads_last_quarter": avg(last, 1),
         "rss_mb_first_quarter": avg(first, 2), "rss_mb_last_quarter": avg(last, 2)}))
 

@@ -179,7 +179,11 @@ async def run(target: str, doc: dict[str, Any], reports: int = 1, per_channel: i
     fleet = Fleet(agents)
     stop = asyncio.Event()
     health = asyncio.create_task(_health(target, stop, fleet, health_every))
-    channels = [grpc.aio.insecure_channel(target) for _ in range(-(-len(agents) // per_channel))]
+    # A local subchannel pool per channel: each its own connection, as real
+    # sidecars have (channels with equal arguments otherwise share one, and
+    # every stream of the process queues on that single connection).
+    channels = [grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(-(-len(agents) // per_channel))]
     go_ready, done = asyncio.Event(), asyncio.Event()
     got = [asyncio.Event() for _ in agents]
     t0 = time.perf_counter()

@@ -361,3 +361,26 @@ def test_one_slow_ecmp_path_opens_a_latency_incident_only_when_it_lasts(engine, 
         inc = changed[-1]
         assert inc.symptom == "latency" and inc.start == T0 + 4 * W
         assert LAY.spine(0) in inc.component.id and LAY.spine(1) not in inc.component.id
+
+
+@pytest.mark.parametrize("slow_windows,opens", [(5, False), (11, True)])
+def test_short_windows_need_twenty_seconds_of_slowness(engine, slow_windows, opens):
+    """With 2 s windows, three slow windows are 6 s of congestion, which is
+    benign: a slowdown opens an incident only once it has lasted 20 s
+    (`latency_min_seconds`), whatever the window length."""
+    w = 2.0
+
+    def short(k, slow_us):
+        return [dataclasses.replace(x, window_start=T0 + k * w, window_end=T0 + (k + 1) * w)
+                for x in _route_windows(k, slow_us)]
+
+    for k in range(6):
+        assert engine.add_windows(short(k, 0.0)) == []
+        engine.tick(T0 + (k + 1) * w + 5)
+    changed = []
+    for k in range(6, 6 + slow_windows):
+        assert engine.add_windows(short(k, 100.0)) == []
+        changed += engine.tick(T0 + (k + 1) * w + 5)
+    assert bool(changed) == opens
+    if opens:
+        assert changed[-1].symptom == "latency" and changed[-1].start == T0 + 6 * w
