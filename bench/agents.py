@@ -59,7 +59,7 @@ def main() -> None:
             idle_mb = _peak_rss_mb(proc.pid)
             t0 = time.perf_counter()
             parts = simagents.run_fleet(target, doc, reports=a.reports, settle_s=300,
-                                        timeout=3600)
+                                        timeout=3600, phase_s=900)
             wall = time.perf_counter() - t0
             peak_mb = _peak_rss_mb(proc.pid)
         finally:

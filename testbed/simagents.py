@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +72,7 @@ class SimAgent:
     sent: int = 0
     accepted: int = 0
     error: str = ""
+    phase: str = "start"  # the call it is in: what a stalled fleet waits on
 
     def apply(self, u: pb.PingListUpdate) -> None:
         if u.full:
@@ -124,10 +127,21 @@ async def _health(target: str, stop: asyncio.Event, fleet: Fleet, every: float) 
                 pass
 
 
+# In-flight unary calls per simulated process. Hundreds at once stall a
+# grpc.aio client process here (some calls are never answered and end
+# CANCELLED at their deadline; 3 runs in 4 at 500 agents per process, none
+# with 125 or with this cap): a limit of the one-process fleet, not of the
+# controller, which sees the same burst either way. A real sidecar is one
+# process with one call at a time.
+IN_FLIGHT = 32
+
+
 async def _agent(stub: Any, a: SimAgent, go_ready: asyncio.Event,
                  got_list: asyncio.Event, done: asyncio.Event, reports: int,
-                 t0: float) -> None:
-    await stub.Register(a.request(), timeout=120)
+                 t0: float, calls: asyncio.Semaphore) -> None:
+    a.phase = "register"
+    async with calls:
+        await stub.Register(a.request(), timeout=120)
     a.registered_at = time.perf_counter() - t0
     cid = a.container["id"]
     stream = stub.WatchPingList(pb.WatchPingListRequest(container=cid))
@@ -144,12 +158,15 @@ async def _agent(stub: Any, a: SimAgent, go_ready: asyncio.Event,
                 a.error = f"ping-list stream: {e.code().name}: {e.details()}"
                 got_list.set()
 
+    a.phase = "first list"
     reader = asyncio.create_task(follow())
     try:
         await go_ready.wait()
         if a.error:
             raise RuntimeError(f"{cid}: {a.error}")
-        await stub.Heartbeat(pb.HeartbeatRequest(container=cid, ready=True), timeout=120)
+        a.phase = "heartbeat"
+        async with calls:
+            await stub.Heartbeat(pb.HeartbeatRequest(container=cid, ready=True), timeout=120)
         if reports:
             now = time.time() // 30 * 30
 
@@ -162,12 +179,18 @@ async def _agent(stub: Any, a: SimAgent, go_ready: asyncio.Event,
                     yield pb.AgentReport(container=cid, windows=pb.WindowBatch(
                         windows=[serde.window_to_pb(w) for w in ws]))
 
+            a.phase = "report"
             ack = await stub.Report(batches(), timeout=300)
             a.accepted += ack.accepted
+        a.phase = "done"
         await done.wait()
     finally:
         stream.cancel()
         reader.cancel()
+
+
+def _phases(agents: list[SimAgent]) -> dict[str, int]:
+    return dict(Counter(a.phase for a in agents))
 
 
 async def run(target: str, doc: dict[str, Any], reports: int = 1, per_channel: int = 64,
@@ -189,8 +212,9 @@ async def run(target: str, doc: dict[str, Any], reports: int = 1, per_channel: i
     t0 = time.perf_counter()
     stubs: list[Any] = [pb_grpc.ControllerStub(ch) for ch in channels]  # async use: the stubs'
     # types are the synchronous API's
+    calls = asyncio.Semaphore(IN_FLIGHT)
     tasks = [asyncio.create_task(_agent(stubs[i // per_channel], a,
-                                        go_ready, got[i], done, reports, t0))
+                                        go_ready, got[i], done, reports, t0, calls))
              for i, a in enumerate(agents)]
     try:
         waiters = [asyncio.create_task(e.wait()) for e in got]
@@ -206,7 +230,7 @@ async def run(target: str, doc: dict[str, Any], reports: int = 1, per_channel: i
                 raise TimeoutError(
                     f"after {phase_s:.0f} s: {sum(1 for x in agents if not x.registered_at)} "
                     f"agents not registered, {sum(1 for x in agents if not x.first_list_at)} "
-                    "without a first list")
+                    f"without a first list; agents by call: {_phases(agents)}")
         failed = [x.error for x in agents if x.error]
         if failed:
             raise RuntimeError(f"{len(failed)} agents failed: {failed[0]}")
@@ -223,13 +247,17 @@ async def run(target: str, doc: dict[str, Any], reports: int = 1, per_channel: i
             if time.monotonic() > deadline:
                 raise TimeoutError(f"after {phase_s:.0f} s: reports of "
                                    f"{sum(1 for a in agents if a.accepted < a.sent)} agents "
-                                   "not acknowledged")
+                                   f"not acknowledged; agents by call: {_phases(agents)}")
             await asyncio.sleep(0.05)
         fleet.reports_s = time.perf_counter() - t1
         if settle is not None:
             await settle(fleet)
     finally:
         done.set()
+        # A stalled call must not hold the answer back: a grace, then cancel.
+        _, late = await asyncio.wait(tasks, timeout=10.0)
+        for t in late:
+            t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         stop.set()
         await health
@@ -238,9 +266,8 @@ async def run(target: str, doc: dict[str, Any], reports: int = 1, per_channel: i
     return fleet
 
 
-# One gRPC client process holds about a thousand streams (measured here:
-# 1,000 per process pass, 1,500 do not, whatever the channels); so a fleet
-# is several processes of this many agents each.
+# Agents per simulated process: 2,000 to 8,192 agents in 500s pass with
+# IN_FLIGHT capping the unary bursts; a fleet is several such processes.
 PER_PROCESS = 500
 
 
@@ -257,7 +284,7 @@ def expected_lists(doc: dict[str, Any]) -> dict[str, set[tuple[str, str]]]:
 
 
 def _worker(target: str, doc: dict[str, Any], part: int, parts: int, reports: int,
-            settle_s: float, out: Any) -> None:
+            settle_s: float, per_channel: int, phase_s: float, out: Any) -> None:
     want = expected_lists(doc)
     mine = dict(doc, containers=doc["containers"][part::parts])
 
@@ -272,26 +299,30 @@ def _worker(target: str, doc: dict[str, Any], part: int, parts: int, reports: in
             await asyncio.sleep(0.2)
 
     try:
-        f = asyncio.run(run(target, mine, reports=reports, settle=settle))
+        f = asyncio.run(run(target, mine, reports=reports, settle=settle,
+                               per_channel=per_channel, phase_s=phase_s))
         out.put({"part": part, "agents": len(f.agents), "registered_s": f.registered_s,
                  "lists_s": f.lists_s, "reports_s": f.reports_s,
                  "sent": sum(a.sent for a in f.agents),
                  "accepted": sum(a.accepted for a in f.agents),
                  "wrong": f.wrong, "health_failed": f.health_failed,
                  "health_worst_s": f.health_worst_s})
-    except BaseException as e:  # the parent reports it
-        out.put({"part": part, "error": f"{type(e).__name__}: {e}"})
+    except BaseException as e:  # the parent reports it, with where it happened
+        out.put({"part": part, "error": f"{type(e).__name__}: {e}",
+                 "tb": traceback.format_exc()[-3000:]})
 
 
 def run_fleet(target: str, doc: dict[str, Any], reports: int = 1, settle_s: float = 120.0,
-              per_process: int = PER_PROCESS, timeout: float = 600.0) -> list[dict[str, Any]]:
+              per_process: int = PER_PROCESS, timeout: float = 600.0,
+              per_channel: int = 64, phase_s: float = 120.0) -> list[dict[str, Any]]:
     """`run` over several processes; one summary per process."""
     import multiprocessing as mp
 
     parts = max(1, -(-len(doc["containers"]) // per_process))
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(target, doc, p, parts, reports, settle_s, out),
+    procs = [ctx.Process(target=_worker, args=(target, doc, p, parts, reports, settle_s, per_channel, phase_s,
+                                               out),
                          daemon=True) for p in range(parts)]
     for p in procs:
         p.start()

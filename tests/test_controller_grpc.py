@@ -28,6 +28,10 @@ def controller(topo_file, tmp_path):
     c.stop(0)
 
 
+# Every stream has a deadline: a quiet stream fails the test, never hangs it.
+STREAM_S = 30.0
+
+
 def _stub(port: int) -> tuple[grpc.Channel, pb_grpc.ControllerStub]:
     ch = grpc.insecure_channel(f"127.0.0.1:{port}")
     return ch, pb_grpc.ControllerStub(ch)
@@ -57,7 +61,8 @@ def test_health_and_reflection_are_served(controller):
 def test_list_arrives_at_once_and_targets_activate_on_ready(controller, topo_doc):
     ch, stub = _stub(controller.ports[0])
     _register(stub, topo_doc, 0)
-    stream = stub.WatchPingList(pb.WatchPingListRequest(container="job7-w000"))
+    stream = stub.WatchPingList(pb.WatchPingListRequest(container="job7-w000"),
+                               timeout=STREAM_S)
     first = next(stream)
     assert first.full and first.upsert, "the whole list comes at once"
     assert not any(t.active for t in first.upsert), "nobody else is ready yet"
@@ -81,7 +86,8 @@ def test_list_arrives_at_once_and_targets_activate_on_ready(controller, topo_doc
 def test_unknown_ids_and_bad_registration_are_clear_errors(controller, topo_doc):
     ch, stub = _stub(controller.ports[0])
     with pytest.raises(grpc.RpcError) as e:
-        next(stub.WatchPingList(pb.WatchPingListRequest(container="nope")))
+        next(stub.WatchPingList(pb.WatchPingListRequest(container="nope"),
+                                 timeout=STREAM_S))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in e.value.details()
     with pytest.raises(grpc.RpcError) as e:
         stub.Register(pb.RegisterRequest(container="x", host="h0000", probe_port=1,
@@ -128,7 +134,8 @@ def test_restart_loses_no_registration_and_no_list(topo_file, topo_doc, tmp_path
         assert all(t.active for _, pl in after.values() for t in pl.values())
         ch, stub = _stub(c2.ports[0])
         assert stub.Heartbeat(pb.HeartbeatRequest(container="job7-w002", ready=True)).known
-        first = next(stub.WatchPingList(pb.WatchPingListRequest(container="job7-w002")))
+        first = next(stub.WatchPingList(pb.WatchPingListRequest(container="job7-w002"),
+                                         timeout=STREAM_S))
         assert {(t.src, t.dst) for t in first.upsert} == set(before["job7-w002"][1])
         ch.close()
     finally:
@@ -179,7 +186,7 @@ def test_restart_keeps_departures_gauges_and_growing_versions(topo_file, topo_do
 
 def test_silent_agent_is_announced_to_the_feed(controller, topo_doc):
     ch, stub = _stub(controller.ports[0])
-    feed = stub.WatchReports(pb.WatchReportsRequest())
+    feed = stub.WatchReports(pb.WatchReportsRequest(), timeout=STREAM_S)
     _register(stub, topo_doc, 3)
     stub.Heartbeat(pb.HeartbeatRequest(container="job7-w003", ready=True))
     states = []
@@ -197,7 +204,8 @@ def test_silent_agent_is_announced_to_the_feed(controller, topo_doc):
 def test_join_and_leave_push_only_the_changes(controller, topo_doc):
     ch, stub = _stub(controller.ports[0])
     _register(stub, topo_doc, 0)
-    stream = stub.WatchPingList(pb.WatchPingListRequest(container="job7-w000"))
+    stream = stub.WatchPingList(pb.WatchPingListRequest(container="job7-w000"),
+                               timeout=STREAM_S)
     first = next(stream)
     before = {(t.src, t.dst) for t in first.upsert}
     # A container the topology snapshot does not know joins on host 1.
