@@ -32,6 +32,9 @@ PROBES_LOST = Counter("netskel_probes_lost_total", "Probes without a reply in ti
 PROBE_RTT = Histogram("netskel_probe_rtt_microseconds", "Probe round-trip time", ["src"],
                       buckets=(5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000))
 PROBES_ANSWERED = Counter("netskel_probes_answered_total", "Probes echoed by the responder")
+PROBE_STAMPS = Counter("netskel_probe_timestamps_total",
+                       "Probe RTTs by the clock of their send and receive stamps "
+                       "(hardware, kernel or user)", ["clock"])
 PROBES_REFUSED = Counter("netskel_probes_refused_total",
                          "Datagrams the responder did not answer", ["reason"])
 CONTROLLER_RECONNECTS = Counter("netskel_controller_reconnects_total",

@@ -25,37 +25,102 @@ from probe_agent import wire
 
 log = logging.getLogger(__name__)
 _TIMESPEC = struct.Struct("@qq")
-# Linux asm-generic value; Python's socket module does not export it.
+_SCM_TIMESTAMPING = struct.Struct("@qqqqqq")  # ts[0] software, ts[1] unused, ts[2] raw hardware
+_EXTENDED_ERR = struct.Struct("@IBBBBII")  # struct sock_extended_err
+# Linux asm-generic values; Python's socket module exports none of them.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
+SO_TIMESTAMPING = getattr(socket, "SO_TIMESTAMPING", 37)
+_IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
+_EE_ORIGIN_TIMESTAMPING = 4
+_TX_HARDWARE, _TX_SOFTWARE, _RX_HARDWARE, _RX_SOFTWARE = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_SOFTWARE, _RAW_HARDWARE = 1 << 4, 1 << 6
+# Kernel stamps at both ends of the socket layer: TX when the driver takes the
+# packet (read back from the error queue, with the packet, so it is matched
+# by its own header), RX when the stack receives it. Hardware stamps are
+# asked for too; a NIC that offers them (`ethtool -T`) fills ts[2].
+TIMESTAMPING_FLAGS = (_TX_SOFTWARE | _RX_SOFTWARE | _SOFTWARE
+                      | _TX_HARDWARE | _RX_HARDWARE | _RAW_HARDWARE)
+_ANCILLARY = socket.CMSG_SPACE(_SCM_TIMESTAMPING.size) + socket.CMSG_SPACE(_TIMESPEC.size)
+_ERR_ANCILLARY = (socket.CMSG_SPACE(_SCM_TIMESTAMPING.size)
+                  + socket.CMSG_SPACE(_EXTENDED_ERR.size + 16))
 _MAX_DATAGRAM = 65535
 JITTER = 0.1
+USER, KERNEL, HARDWARE = "user", "kernel", "hardware"
 
 
-def _open(ip: str, port: int) -> socket.socket:
+def _open(ip: str, port: int, tx: bool = True) -> tuple[socket.socket, bool]:
+    """A bound UDP socket, and whether the kernel stamps it (SO_TIMESTAMPING;
+    otherwise receive stamps only, SO_TIMESTAMPNS). `tx`: stamp sends too
+    (the prober; a responder would only fill its error queue)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    flags = TIMESTAMPING_FLAGS if tx else TIMESTAMPING_FLAGS & ~(_TX_SOFTWARE | _TX_HARDWARE)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, flags)
+        stamped = True
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        stamped = False
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     s.bind((ip, port))
     s.setblocking(False)
-    return s
+    return s, stamped
 
 
-def _recv(s: socket.socket) -> tuple[bytes, tuple[str, int], int] | None:
-    """One datagram with the kernel's receive time (ns); None when drained."""
+def _stamps(anc: list[tuple[int, int, bytes]]) -> dict[str, int]:
+    """The kernel's times (ns) in ancillary data, by clock: its software
+    stamp (KERNEL) and a NIC's raw hardware stamp (HARDWARE), when present.
+    The two clocks differ: only stamps of one clock are ever subtracted."""
+    out: dict[str, int] = {}
+    for level, kind, payload in anc:
+        if level != socket.SOL_SOCKET:
+            continue
+        if kind == SO_TIMESTAMPING and len(payload) >= _SCM_TIMESTAMPING.size:
+            s0, n0, _, _, s2, n2 = _SCM_TIMESTAMPING.unpack(payload[:_SCM_TIMESTAMPING.size])
+            if s2 or n2:
+                out[HARDWARE] = s2 * 1_000_000_000 + n2
+            if s0 or n0:
+                out[KERNEL] = s0 * 1_000_000_000 + n0
+        elif kind == SO_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack(payload[:_TIMESPEC.size])
+            out[KERNEL] = sec * 1_000_000_000 + nsec
+    return out
+
+
+def _recv(s: socket.socket) -> tuple[bytes, tuple[str, int], dict[str, int]] | None:
+    """One datagram with its receive times by clock (USER, taken now, is
+    always there); None when drained."""
     try:
         data, anc, _flags, addr = s.recvmsg(_MAX_DATAGRAM, _ANCILLARY)
     except (BlockingIOError, InterruptedError):
         return None
     except OSError as e:  # ICMP errors surface here (ECONNREFUSED): not ours to raise
         log.debug("recv error: %s", e)
-        return b"", ("", 0), 0
-    t_ns = time.time_ns()
-    for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-            sec, nsec = _TIMESPEC.unpack(payload[:_TIMESPEC.size])
-            t_ns = sec * 1_000_000_000 + nsec
-    return data, addr, t_ns
+        return b"", ("", 0), {USER: time.time_ns()}
+    stamps = _stamps(anc)
+    stamps[USER] = time.time_ns()
+    return data, addr, stamps
+
+
+def _tx_stamps(s: socket.socket) -> list[tuple[bytes, dict[str, int]]]:
+    """Drain the error queue: each sent packet the kernel stamped, with its
+    stamps. The packet comes back whole, so it is matched by its own header,
+    not by a send counter that a failed send would put out of step."""
+    out: list[tuple[bytes, dict[str, int]]] = []
+    while True:
+        try:
+            data, anc, _flags, _addr = s.recvmsg(_MAX_DATAGRAM, _ERR_ANCILLARY,
+                                                socket.MSG_ERRQUEUE)
+        except (BlockingIOError, InterruptedError):
+            return out
+        except OSError as e:
+            log.debug("error queue: %s", e)
+            return out
+        origin = next((_EXTENDED_ERR.unpack(p[:_EXTENDED_ERR.size])[1] for lvl, kind, p in anc
+                       if lvl == socket.IPPROTO_IP and kind == _IP_RECVERR
+                       and len(p) >= _EXTENDED_ERR.size), None)
+        stamps = _stamps(anc)
+        if origin == _EE_ORIGIN_TIMESTAMPING and stamps:
+            out.append((data, stamps))
 
 
 class SourceLimit:
@@ -87,7 +152,7 @@ class Responder:
     def __init__(self, addresses: Iterable[str], port: int,
                  limit: SourceLimit | None = None) -> None:
         self.limit = limit or SourceLimit()
-        self.sockets = [_open(ip, port) for ip in addresses]
+        self.sockets = [_open(ip, port, tx=False)[0] for ip in addresses]
         self.port = self.sockets[0].getsockname()[1] if self.sockets else port
         self._sel = selectors.DefaultSelector()
         for s in self.sockets:
@@ -100,7 +165,8 @@ class Responder:
             for key, _ in self._sel.select(timeout=0.2):
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
                 while (got := _recv(sock)) is not None:
-                    data, addr, t_rx = got
+                    data, addr, stamps = got
+                    t_rx = stamps.get(KERNEL, stamps[USER])
                     if not data:
                         continue
                     p = wire.decode(data)
@@ -147,7 +213,9 @@ class Prober:
                  rng: random.Random | None = None) -> None:
         if rate_hz <= 0:
             raise ValueError("probe rate must be positive")
-        self.sockets = {ep: _open(ip, 0) for ep, ip in sources.items()}
+        opened = {ep: _open(ip, 0) for ep, ip in sources.items()}
+        self.sockets = {ep: sock for ep, (sock, _) in opened.items()}
+        self.kernel_stamps = all(stamped for _, stamped in opened.values())
         self.sizes = sizes
         self.interval = 1.0 / rate_hz
         self.timeout_s = timeout_s
@@ -163,8 +231,9 @@ class Prober:
         self._heap: list[tuple[float, int, tuple[str, str]]] = []
         self._count: dict[tuple[str, str], int] = {}
         self._seq = 0
-        # seq -> (target key, size, t_send_ns)
-        self._inflight: dict[int, tuple[tuple[str, str], int, int]] = {}
+        # seq -> (target key, size, t_send_ns as in the packet, send stamps by clock)
+        self._inflight: dict[int, tuple[tuple[str, str], int, int, dict[str, int]]] = {}
+        self.timestamping = USER  # the clock of the last RTT: hardware, kernel or user
 
     def set_targets(self, targets: Iterable[ProbeTarget]) -> None:
         """Replace the probed set; new targets start at a random phase."""
@@ -208,33 +277,54 @@ class Prober:
         t_ns = time.time_ns()
         packet = wire.encode(wire.Probe(kind=wire.KIND_PROBE, size=size, seq=self._seq,
                                         token=self.token, t_send_ns=t_ns))
-        self._inflight[self._seq] = (key, size, t_ns)
-        self.on_sent(t.src, t.dst, size, t_ns / 1e9)
-        metrics.PROBES_SENT.labels(proto="udp", size=str(size)).inc()
+        stamps = {USER: t_ns}
+        self._inflight[self._seq] = (key, size, t_ns, stamps)
         try:
             self.sockets[t.src].sendto(packet, (t.dst_ip, t.dst_port))
         except OSError as e:  # unreachable, no route, buffer full: a lost probe
             log.debug("probe %s -> %s failed: %s", t.src, t.dst, e)
+        # Bookkeeping after the send: nothing between the user stamp and it.
+        self.on_sent(t.src, t.dst, size, t_ns / 1e9)
+        metrics.PROBES_SENT.labels(proto="udp", size=str(size)).inc()
+
+    def _sent_stamps(self, sock: socket.socket) -> None:
+        """Attach the kernel's send stamps to their probes in flight."""
+        for data, stamps in _tx_stamps(sock):
+            at = data.find(wire.MAGIC)
+            head = wire.header(data[at:]) if at >= 0 else None
+            if head is None or head.token != self.token:
+                continue
+            entry = self._inflight.get(head.seq)
+            if entry is not None and entry[2] == head.t_send_ns:
+                entry[3].update(stamps)
 
     def _receive(self, sock: socket.socket) -> None:
+        replies = []
         while (got := _recv(sock)) is not None:
             data, _addr, t_rx = got
             p = wire.decode(data) if data else None
-            if p is None or p.kind != wire.KIND_REPLY or p.token != self.token:
-                continue
+            if p is not None and p.kind == wire.KIND_REPLY and p.token == self.token:
+                replies.append((p, t_rx))
+        if self.kernel_stamps:
+            self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
+        for p, t_rx in replies:
             entry = self._inflight.pop(p.seq, None)
             if entry is None or entry[2] != p.t_send_ns:
                 continue
-            (src, dst), size, t_send = entry
-            rtt_us = (t_rx - t_send - p.dwell_ns) / 1e3
-            self.on_reply(src, dst, size, t_send / 1e9, rtt_us)
+            (src, dst), size, t_user, sent = entry
+            # One clock at both ends, the most exact both have.
+            clock = next(c for c in (HARDWARE, KERNEL, USER) if c in sent and c in t_rx)
+            rtt_us = (t_rx[clock] - sent[clock] - p.dwell_ns) / 1e3
+            self.timestamping = clock
+            self.on_reply(src, dst, size, t_user / 1e9, rtt_us)
             metrics.PROBE_RTT.labels(src=src).observe(rtt_us)
+            metrics.PROBE_STAMPS.labels(clock=clock).inc()
 
     def _expire(self, now_ns: int) -> None:
         limit = now_ns - int(self.timeout_s * 1e9)
-        stale = [s for s, (_, _, t) in self._inflight.items() if t < limit]
+        stale = [s for s, (_, _, t, _) in self._inflight.items() if t < limit]
         for s in stale:
-            _, size, _ = self._inflight.pop(s)
+            _, size, _, _ = self._inflight.pop(s)
             metrics.PROBES_LOST.labels(proto="udp", size=str(size)).inc()
 
     def run(self, stop: threading.Event) -> None:

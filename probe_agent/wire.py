@@ -45,6 +45,17 @@ def decode(data: bytes) -> Probe | None:
     return Probe(kind=kind, size=size, seq=seq, token=token, t_send_ns=t_send, dwell_ns=dwell)
 
 
+def header(data: bytes) -> Probe | None:
+    """The header alone (a packet the kernel handed back from the error
+    queue may be cut or carry more than the probe): None if not ours."""
+    if len(data) < HEADER_SIZE:
+        return None
+    magic, version, kind, size, seq, token, t_send, dwell = _HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION or kind not in (KIND_PROBE, KIND_REPLY):
+        return None
+    return Probe(kind=kind, size=size, seq=seq, token=token, t_send_ns=t_send, dwell_ns=dwell)
+
+
 def reply_to(data: bytes, dwell_ns: int) -> bytes:
     """The echo of a probe: same bytes, kind and dwell changed."""
     head = bytearray(data[:HEADER_SIZE])

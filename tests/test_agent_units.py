@@ -133,3 +133,47 @@ def test_rdma_reports_why_it_cannot_run():
     if a.available:
         pytest.skip(f"RDMA devices present: {a.devices}")
     assert a.reason and ("pyverbs" in a.reason or "RDMA device" in a.reason)
+
+
+def test_probe_header_read_from_a_packet_cut_or_carrying_more():
+    packet = wire.encode(wire.Probe(kind=wire.KIND_PROBE, size=128, seq=7, token=9,
+                                    t_send_ns=123))
+    at = (b"\x00" * 28 + packet).find(wire.MAGIC)
+    head = wire.header((b"\x00" * 28 + packet)[at:])
+    assert head is not None and (head.seq, head.token, head.t_send_ns) == (7, 9, 123)
+    assert wire.header(packet[:wire.HEADER_SIZE]) is not None  # cut after the header
+    assert wire.header(packet[:wire.HEADER_SIZE - 1]) is None
+    assert wire.header(b"XXXX" + packet[4:]) is None
+
+
+def test_prober_rtt_from_kernel_stamps_at_both_ends():
+    """On Linux the prober's RTT is kernel send stamp to kernel receive
+    stamp (minus the responder's dwell from its own kernel receive stamp),
+    never a user-space clock; the responder's sockets stamp receives only,
+    so its error queue stays empty."""
+    from netskel import metrics
+    from probe_agent.udp import USER, Prober, ProbeTarget, _tx_stamps
+
+    stop = threading.Event()
+    r = Responder(["127.0.0.1"], 0)
+    threading.Thread(target=r.serve, args=(stop,), daemon=True).start()
+    got: list[float] = []
+    done = threading.Event()
+
+    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+        got.append(rtt_us)
+        if len(got) >= 50:
+            done.set()
+
+    before = metrics.PROBE_STAMPS.labels(clock="kernel")._value.get()
+    p = Prober({"a": "127.0.0.1"}, {"a": (64, 1400)}, 500.0, 1.0, lambda *a: None, on_reply)
+    p.set_targets([ProbeTarget("a", "b", "127.0.0.1", r.port)])
+    threading.Thread(target=p.run, args=(stop,), daemon=True).start()
+    try:
+        assert done.wait(20), f"{len(got)} replies"
+        assert p.kernel_stamps and p.timestamping == "kernel" != USER
+        assert metrics.PROBE_STAMPS.labels(clock="kernel")._value.get() - before >= 50
+        assert all(0 < x < 100_000 for x in got)
+        assert _tx_stamps(r.sockets[0]) == []
+    finally:
+        stop.set()

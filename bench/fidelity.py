@@ -1,0 +1,163 @@
+"""Probe RTT fidelity: our UDP prober against the kernel's `ping` on the same
+path, in the same run.
+
+Two network namespaces joined by one veth (names generated from this
+process's id, removed afterwards, whatever happens). A netskel Responder
+serves in one; in the other, rounds alternate: `ping -c N -i 0.01 -s 56`,
+then our Prober at 100 probes/s with 64-byte probes for N replies. The
+kernel answers ping in its softirq, so ping's RTT is the path's floor plus
+one send and one receive through the socket layer; ours should sit on it.
+
+    python bench/fidelity.py [--rounds 3] [--count 200]
+
+Prints per-round figures, then one JSON line with agent_median_us,
+ping_median_us, agent_p99_us, ping_p99_us (all rounds pooled).
+Goal (issue 16): agent median within 5 us of ping's, p99 within 20 us.
+Needs root (namespaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ADDR_A, ADDR_B = "10.231.7.1", "10.231.7.2"  # inside our own namespaces only
+PORT = 7399
+PING_RTT = re.compile(r"time=([0-9.]+) ms")
+
+
+def serve(ip: str, port: int) -> None:
+    """Child mode, inside namespace B: answer probes until stdin closes."""
+    from probe_agent.udp import Responder
+
+    r = Responder([ip], port)
+    stop = threading.Event()
+    t = threading.Thread(target=r.serve, args=(stop,), daemon=True)
+    t.start()
+    print("ready", flush=True)
+    sys.stdin.read()
+    stop.set()
+    t.join()
+    r.close()
+
+
+def probe(src_ip: str, dst_ip: str, port: int, count: int) -> None:
+    """Child mode, inside namespace A: `count` replies at 100/s, as JSON."""
+    from probe_agent.udp import Prober, ProbeTarget
+
+    rtts: list[float] = []
+    stamps: list[str] = []
+    done = threading.Event()
+
+    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+        rtts.append(rtt_us)
+        if len(rtts) >= count:
+            done.set()
+
+    p = Prober({"a": src_ip}, {"a": (64,)}, 100.0, 1.0, lambda *a: None, on_reply)
+    p.set_targets([ProbeTarget("a", "b", dst_ip, port)])
+    stop = threading.Event()
+    t = threading.Thread(target=p.run, args=(stop,), daemon=True)
+    t.start()
+    done.wait(timeout=count / 100.0 * 3 + 10)
+    stop.set()
+    t.join()
+    stamps.append(p.timestamping)
+    p.close()
+    print(json.dumps({"rtts": rtts[:count], "timestamping": stamps[0]}))
+
+
+def _pct(xs: list[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--count", type=int, default=200)
+    ap.add_argument("--serve", nargs=2, metavar=("IP", "PORT"), help=argparse.SUPPRESS)
+    ap.add_argument("--probe", nargs=4, metavar=("SRC", "DST", "PORT", "N"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve:
+        serve(a.serve[0], int(a.serve[1]))
+        return
+    if a.probe:
+        probe(a.probe[0], a.probe[1], int(a.probe[2]), int(a.probe[3]))
+        return
+
+    from testbed.sh import Created, run
+
+    tag = f"nskfid{os.getpid() % 100000}"
+    ns_a, ns_b = f"{tag}a", f"{tag}b"
+    with tempfile.TemporaryDirectory() as d:
+        created = Created(f"{d}/created.json")
+        server = None
+        try:
+            created.add_namespace(ns_a)
+            created.add_namespace(ns_b)
+            run("ip", "link", "add", f"{tag}x", "netns", ns_a, "type", "veth", "peer",
+                "name", f"{tag}y", "netns", ns_b)
+            for ns, dev, ip in ((ns_a, f"{tag}x", ADDR_A), (ns_b, f"{tag}y", ADDR_B)):
+                run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
+                run("ip", "-n", ns, "link", "set", dev, "up")
+                run("ip", "-n", ns, "link", "set", "lo", "up")
+            server = subprocess.Popen(["ip", "netns", "exec", ns_b, sys.executable, __file__,
+                                       "--serve", ADDR_B, str(PORT)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            created.add_pid(server.pid)
+            assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+            agent: list[float] = []
+            ping: list[float] = []
+            mode = ""
+            rounds = []
+            for _ in range(a.rounds):
+                out = run("ip", "netns", "exec", ns_a, "ping", "-n",
+                          "-c", str(a.count), "-i", "0.01", "-s", "56", ADDR_B)
+                p = [float(x) * 1000 for x in PING_RTT.findall(out)]
+                got = json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
+                                     "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count)))
+                mode = got["timestamping"]
+                ours = got["rtts"]
+                ping += p
+                agent += ours
+                rounds.append({"ping_median_us": round(_pct(p, 50), 1),
+                               "agent_median_us": round(_pct(ours, 50), 1),
+                               "ping_p99_us": round(_pct(p, 99), 1),
+                               "agent_p99_us": round(_pct(ours, 99), 1),
+                               "ping_n": len(p), "agent_n": len(ours)})
+                print(json.dumps(rounds[-1]), file=sys.stderr)
+        finally:
+            if server is not None and server.stdin is not None:
+                server.stdin.close()
+                try:
+                    server.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+            problems = created.destroy()
+            if problems:
+                print("; ".join(problems), file=sys.stderr)
+    res = {"bench": "fidelity", "rounds": a.rounds, "count": a.count, "timestamping": mode,
+           "agent_median_us": round(_pct(agent, 50), 1), "ping_median_us": round(_pct(ping, 50), 1),
+           "agent_p99_us": round(_pct(agent, 99), 1), "ping_p99_us": round(_pct(ping, 99), 1),
+           "agent_min_us": round(min(agent, default=float("nan")), 1),
+           "ping_min_us": round(min(ping, default=float("nan")), 1)}
+    res["median_gap_us"] = round(res["agent_median_us"] - res["ping_median_us"], 1)
+    res["p99_gap_us"] = round(res["agent_p99_us"] - res["ping_p99_us"], 1)
+    res["goal_met"] = abs(res["median_gap_us"]) <= 5 and abs(res["p99_gap_us"]) <= 20
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
