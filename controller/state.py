@@ -95,6 +95,7 @@ class ControllerState:
         # Topology containers that deregistered: gone until they register again.
         self.departed: set[str] = set()
         self._by_job: dict[str | None, set[str]] = {}
+        self._member_job: dict[str, str | None] = {}  # the inverse of _by_job
         self._owner: dict[str, str] = {}  # endpoint id -> registered container
         self._targets = self._active = 0   # across all lists, for the gauges
         if store is not None:
@@ -142,12 +143,14 @@ class ControllerState:
         return True, c.job
 
     def _index(self, cid: str) -> None:
-        """Keep `_by_job` right for one container after it changed."""
-        for members in self._by_job.values():
-            members.discard(cid)
+        """Keep `_by_job` right for one container after it changed (in O(1):
+        a scan of every job's members made registration O(jobs))."""
+        if cid in self._member_job:
+            self._by_job.get(self._member_job.pop(cid), set()).discard(cid)
         member, job = self._job_of(cid)
         if member:
             self._by_job.setdefault(job, set()).add(cid)
+            self._member_job[cid] = job
 
     def _recompute(self, jobs: set[str | None] | None = None, also: set[str] | None = None,
                    ) -> None:
@@ -155,11 +158,9 @@ class ControllerState:
         `also` (containers that just left a job). A list depends only on its
         job's members, so one registration costs its job, not the cluster."""
         if jobs is None:
-            self._by_job = {}
+            self._by_job, self._member_job = {}, {}
             for cid in set(self.topo.containers) | set(self.regs):
-                member, job = self._job_of(cid)
-                if member:
-                    self._by_job.setdefault(job, set()).add(cid)
+                self._index(cid)
             scope = set(self.lists) | {c for cs in self._by_job.values() for c in cs}
         else:
             scope = set(also or ())
@@ -284,8 +285,9 @@ class ControllerState:
     # -- skeleton inference -------------------------------------------------
     def counter_snapshot(self, job: str) -> tuple[list[str], list[CounterSample]]:
         """The job's registered endpoints and their recent counter samples."""
-        with self._lock:
-            eps = [e.id for r in self.regs.values() if r.job == job for e in r.endpoints]
+        with self._lock:  # the job's members, not every registration (once per job)
+            eps = [e.id for c in sorted(self._by_job.get(job, ()))
+                   if (r := self.regs.get(c)) is not None for e in r.endpoints]
             samples = [s for e in eps for s in self.counters.get(e, ())]
             return eps, samples
 

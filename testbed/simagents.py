@@ -201,7 +201,9 @@ async def run(target: str, doc: dict[str, Any], reports: int = 1, per_channel: i
     agents = [SimAgent(c) for c in doc["containers"]]
     fleet = Fleet(agents)
     stop = asyncio.Event()
-    health = asyncio.create_task(_health(target, stop, fleet, health_every))
+    # health_every 0: no probe here (one process of a fleet probes for all).
+    health = asyncio.create_task(_health(target, stop, fleet, health_every) if health_every > 0
+                                 else stop.wait())
     # A local subchannel pool per channel: each its own connection, as real
     # sidecars have (channels with equal arguments otherwise share one, and
     # every stream of the process queues on that single connection).
@@ -300,6 +302,7 @@ def _worker(target: str, doc: dict[str, Any], part: int, parts: int, reports: in
 
     try:
         f = asyncio.run(run(target, mine, reports=reports, settle=settle,
+                            health_every=0.25 if part == 0 else 0.0,
                                per_channel=per_channel, phase_s=phase_s))
         out.put({"part": part, "agents": len(f.agents), "registered_s": f.registered_s,
                  "lists_s": f.lists_s, "reports_s": f.reports_s,
