@@ -51,7 +51,7 @@ def serve(ip: str, port: int) -> None:
     r.close()
 
 
-def probe(src_ip: str, dst_ip: str, port: int, count: int) -> None:
+def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool) -> None:
     """Child mode, inside namespace A: `count` replies at 100/s, as JSON."""
     from probe_agent.udp import Prober, ProbeTarget
 
@@ -64,7 +64,8 @@ def probe(src_ip: str, dst_ip: str, port: int, count: int) -> None:
         if len(rtts) >= count:
             done.set()
 
-    p = Prober({"a": src_ip}, {"a": (64,)}, 100.0, 1.0, lambda *a: None, on_reply)
+    p = Prober({"a": src_ip}, {"a": (64,)}, 100.0, 1.0, lambda *a: None, on_reply,
+               kernel_tx=kernel_tx)
     p.set_targets([ProbeTarget("a", "b", dst_ip, port)])
     stop = threading.Event()
     t = threading.Thread(target=p.run, args=(stop,), daemon=True)
@@ -88,13 +89,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--serve", nargs=2, metavar=("IP", "PORT"), help=argparse.SUPPRESS)
-    ap.add_argument("--probe", nargs=4, metavar=("SRC", "DST", "PORT", "N"), help=argparse.SUPPRESS)
+    ap.add_argument("--probe", nargs=5, metavar=("SRC", "DST", "PORT", "N", "KTX"),
+                    help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
         serve(a.serve[0], int(a.serve[1]))
         return
     if a.probe:
-        probe(a.probe[0], a.probe[1], int(a.probe[2]), int(a.probe[3]))
+        probe(a.probe[0], a.probe[1], int(a.probe[2]), int(a.probe[3]), a.probe[4] == "1")
         return
 
     from testbed.sh import Created, run
@@ -120,6 +122,7 @@ def main() -> None:
             assert server.stdout is not None and server.stdout.readline().strip() == "ready"
             agent: list[float] = []
             ping: list[float] = []
+            pinglike: list[float] = []
             mode = ""
             rounds = []
             for _ in range(a.rounds):
@@ -127,15 +130,21 @@ def main() -> None:
                           "-c", str(a.count), "-i", "0.01", "-s", "56", ADDR_B)
                 p = [float(x) * 1000 for x in PING_RTT.findall(out)]
                 got = json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
-                                     "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count)))
+                                     "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count), "1"))
                 mode = got["timestamping"]
                 ours = got["rtts"]
+                like = json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
+                                      "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count),
+                                      "0"))["rtts"]
                 ping += p
                 agent += ours
+                pinglike += like
                 rounds.append({"ping_median_us": round(_pct(p, 50), 1),
                                "agent_median_us": round(_pct(ours, 50), 1),
+                               "agent_user_send_median_us": round(_pct(like, 50), 1),
                                "ping_p99_us": round(_pct(p, 99), 1),
                                "agent_p99_us": round(_pct(ours, 99), 1),
+                               "agent_user_send_p99_us": round(_pct(like, 99), 1),
                                "ping_n": len(p), "agent_n": len(ours)})
                 print(json.dumps(rounds[-1]), file=sys.stderr)
         finally:
@@ -151,6 +160,8 @@ def main() -> None:
     res = {"bench": "fidelity", "rounds": a.rounds, "count": a.count, "timestamping": mode,
            "agent_median_us": round(_pct(agent, 50), 1), "ping_median_us": round(_pct(ping, 50), 1),
            "agent_p99_us": round(_pct(agent, 99), 1), "ping_p99_us": round(_pct(ping, 99), 1),
+           "agent_user_send_median_us": round(_pct(pinglike, 50), 1),
+           "agent_user_send_p99_us": round(_pct(pinglike, 99), 1),
            "agent_min_us": round(min(agent, default=float("nan")), 1),
            "ping_min_us": round(min(ping, default=float("nan")), 1)}
     res["median_gap_us"] = round(res["agent_median_us"] - res["ping_median_us"], 1)

@@ -210,9 +210,12 @@ class Prober:
 
     def __init__(self, sources: dict[str, str], sizes: dict[str, tuple[int, ...]],
                  rate_hz: float, timeout_s: float, on_sent: SentHook, on_reply: ReplyHook,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, kernel_tx: bool = True) -> None:
         if rate_hz <= 0:
             raise ValueError("probe rate must be positive")
+        # kernel_tx False: the send stamp is user time before sendto, as
+        # ping's is (bench/fidelity.py compares the two definitions).
+        self.kernel_tx = kernel_tx
         opened = {ep: _open(ip, 0) for ep, ip in sources.items()}
         self.sockets = {ep: sock for ep, (sock, _) in opened.items()}
         self.kernel_stamps = all(stamped for _, stamped in opened.values())
@@ -305,7 +308,7 @@ class Prober:
             p = wire.decode(data) if data else None
             if p is not None and p.kind == wire.KIND_REPLY and p.token == self.token:
                 replies.append((p, t_rx))
-        if self.kernel_stamps:
+        if self.kernel_stamps and self.kernel_tx:
             self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
         for p, t_rx in replies:
             entry = self._inflight.pop(p.seq, None)
@@ -314,7 +317,11 @@ class Prober:
             (src, dst), size, t_user, sent = entry
             # One clock at both ends, the most exact both have.
             clock = next(c for c in (HARDWARE, KERNEL, USER) if c in sent and c in t_rx)
-            rtt_us = (t_rx[clock] - sent[clock] - p.dwell_ns) / 1e3
+            if self.kernel_tx:
+                rtt_us = (t_rx[clock] - sent[clock] - p.dwell_ns) / 1e3
+            else:
+                clock = USER
+                rtt_us = (t_rx.get(KERNEL, t_rx[USER]) - sent[USER] - p.dwell_ns) / 1e3
             self.timestamping = clock
             self.on_reply(src, dst, size, t_user / 1e9, rtt_us)
             metrics.PROBE_RTT.labels(src=src).observe(rtt_us)
