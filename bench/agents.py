@@ -76,6 +76,9 @@ def main() -> None:
            "windows_sent": sent, "windows_accepted": sum(p["accepted"] for p in ok),
            "windows_per_s": round(sent / reports_s, 1) if reports_s > 0 else None,
            "lists_not_converged": sum(max(p["wrong"], 0) for p in ok),
+           "list_streams_failed": sum(p["stream_errors"] for p in ok),
+           "list_stream_error": next((p["stream_error_first"] for p in ok
+                                      if p["stream_error_first"]), ""),
            "health_failed": sum(p["health_failed"] for p in ok),
            "health_worst_s": round(max((p["health_worst_s"] for p in ok), default=0), 3),
            "controller_idle_mb": round(idle_mb, 1), "controller_peak_mb": round(peak_mb, 1),

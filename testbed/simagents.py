@@ -309,6 +309,9 @@ def _worker(target: str, doc: dict[str, Any], part: int, parts: int, reports: in
                  "sent": sum(a.sent for a in f.agents),
                  "accepted": sum(a.accepted for a in f.agents),
                  "wrong": f.wrong, "health_failed": f.health_failed,
+                 # ping-list streams that ended with an error after the first list
+                 "stream_errors": sum(1 for a in f.agents if a.error),
+                 "stream_error_first": next((a.error for a in f.agents if a.error), ""),
                  "health_worst_s": f.health_worst_s})
     except BaseException as e:  # the parent reports it, with where it happened
         out.put({"part": part, "error": f"{type(e).__name__}: {e}",

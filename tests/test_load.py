@@ -83,6 +83,7 @@ def test_two_thousand_agents_one_controller(tmp_path):
         assert sent > 0 and sum(p["accepted"] for p in parts) == sent
         assert windows == sent, "windows lost between agents and the analyzer's feed"
         assert [p["wrong"] for p in parts] == [0] * len(parts), "lists that did not converge"
+        assert sum(p["stream_errors"] for p in parts) == 0
         assert health_failed == 0 and all(p["health_failed"] == 0 for p in parts)
         assert proc.poll() is None
     finally:
