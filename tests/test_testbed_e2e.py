@@ -5,6 +5,7 @@ One deployment serves the module; each test leaves the cluster healthy."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -125,9 +126,10 @@ def test_link_down_is_fault_for_crossing_pairs_ok_for_others(dep):
             assert alone.verdict == dpb.NETWORK_OK
     finally:
         undo()
-    closed = wait_for(lambda: (r := dep.netdiag.ListIncidents(dpb.ListIncidentsRequest()))
-                      .incidents and all(i.HasField("end") for i in r.incidents) and r,
-                      60, "the incident to close once the link is back", poll=1)
+    with _open_incidents_on_failure(dep):
+        closed = wait_for(lambda: (r := dep.netdiag.ListIncidents(dpb.ListIncidentsRequest()))
+                          .incidents and all(i.HasField("end") for i in r.incidents) and r,
+                          60, "the incident to close once the link is back", poll=1)
     dep.wait_all_ok(timeout=60, since=max(i.end for i in closed.incidents))
 
 
@@ -144,10 +146,23 @@ def _fault_incidents(dep, crossing, since):
                     "NETWORK_FAULT on the pairs crossing the faulty link", poll=1)
 
 
+@contextlib.contextmanager
+def _open_incidents_on_failure(dep):
+    """A closure that times out says what stayed open and why (intermittent
+    in CI once: a loss incident that did not close after its fault)."""
+    try:
+        yield
+    except AssertionError as e:
+        still = [i for i in dep.netdiag.ListIncidents(dpb.ListIncidentsRequest()).incidents
+                 if not i.HasField("end")]
+        raise AssertionError(f"{e}; still open: {still}") from None
+
+
 def _wait_closed(dep):
-    wait_for(lambda: all(i.HasField("end") for i in
-                         dep.netdiag.ListIncidents(dpb.ListIncidentsRequest()).incidents),
-             90, "every incident to close once the fault is gone", poll=1)
+    with _open_incidents_on_failure(dep):
+        wait_for(lambda: all(i.HasField("end") for i in
+                             dep.netdiag.ListIncidents(dpb.ListIncidentsRequest()).incidents),
+                 90, "every incident to close once the fault is gone", poll=1)
 
 
 def test_link_loss_is_detected_live(dep):
