@@ -315,13 +315,12 @@ class Prober:
             if entry is None or entry[2] != p.t_send_ns:
                 continue
             (src, dst), size, t_user, sent = entry
-            # One clock at both ends, the most exact both have.
-            clock = next(c for c in (HARDWARE, KERNEL, USER) if c in sent and c in t_rx)
-            if self.kernel_tx:
-                rtt_us = (t_rx[clock] - sent[clock] - p.dwell_ns) / 1e3
-            else:
-                clock = USER
-                rtt_us = (t_rx.get(KERNEL, t_rx[USER]) - sent[USER] - p.dwell_ns) / 1e3
+            if self.kernel_tx:  # one clock at both ends, the most exact both have
+                clock = next(c for c in (HARDWARE, KERNEL, USER) if c in sent and c in t_rx)
+                t_sent, t_got = sent[clock], t_rx[clock]
+            else:  # ping's definition: user send stamp, kernel receive stamp
+                clock, t_sent, t_got = USER, sent[USER], t_rx.get(KERNEL, t_rx[USER])
+            rtt_us = (t_got - t_sent - p.dwell_ns) / 1e3
             self.timestamping = clock
             self.on_reply(src, dst, size, t_user / 1e9, rtt_us)
             metrics.PROBE_RTT.labels(src=src).observe(rtt_us)

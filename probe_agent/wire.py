@@ -35,14 +35,8 @@ def encode(p: Probe) -> bytes:
 def decode(data: bytes) -> Probe | None:
     """None for anything that is not one of our probes: garbage is dropped,
     never raised."""
-    if len(data) < HEADER_SIZE:
-        return None
-    magic, version, kind, size, seq, token, t_send, dwell = _HEADER.unpack_from(data)
-    if magic != MAGIC or version != VERSION or kind not in (KIND_PROBE, KIND_REPLY):
-        return None
-    if size != len(data):
-        return None
-    return Probe(kind=kind, size=size, seq=seq, token=token, t_send_ns=t_send, dwell_ns=dwell)
+    p = header(data)
+    return p if p is not None and p.size == len(data) else None
 
 
 def header(data: bytes) -> Probe | None:
