@@ -54,6 +54,7 @@ TP_MAJORITY = 0.75  # share of containers that must split alike to show tensor g
 TRANSFER_MARGIN = 0.2  # partners' transfer correlation must beat the rest by this
 AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
+WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
 MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: partners unknowable
 
 
@@ -302,29 +303,29 @@ class StageSplit:
 
 
 def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
-    """Pipeline stages as levels of the reduction offsets: equal groups of
-    consecutive offsets, each holding the same number of endpoints of every
-    rail; the count with the clearest separation wins, and none (pp = 1)
-    unless it is clear. The latest reduction is stage 0 (the last stage's
-    backward ends first, so it reduces first)."""
+    """Pipeline stages as levels of the reduction offsets: on every rail its
+    endpoints cut into equal groups of consecutive offsets (a stage holds the
+    same number of endpoints of every rail, and each rail's stages are its
+    own collectives, so noise on one rail never reorders another's); the
+    count with the clearest separation wins, and none (pp = 1) unless it is
+    clear. The latest reduction is stage 0 (the last stage's backward ends
+    first, so it reduces first)."""
     n = len(offset)
-    order = np.argsort(-offset, kind="stable")
     rails, rail_code = np.unique(rail_of, return_inverse=True)
     per_rail = np.bincount(rail_code)
+    # Rank of each endpoint within its rail, latest reduction first.
+    order = np.lexsort((-offset, rail_code))
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - np.repeat(np.r_[0, np.cumsum(per_rail)[:-1]], per_rail)
     best: tuple[float, np.ndarray | None] = (0.0, None)
     other = 0.0
     for g in range(2, min(MAX_STAGES, n // 2) + 1):
-        if n % g or np.any(per_rail % g):
-            continue
-        labels = np.empty(n, dtype=np.int64)
-        labels[order] = np.repeat(np.arange(g), n // g)
-        sep = silhouette_1d(offset, labels)
-        counts = np.bincount(labels * len(rails) + rail_code, minlength=g * len(rails))
         # A stage's reduction is a collective: two or more members per rail
         # (one per rail would be a host's clock offset, not a stage).
-        if np.any(counts != np.tile(per_rail // g, g)) or np.any(per_rail // g < 2):
-            other = max(other, sep)
+        if np.any(per_rail % g) or np.any(per_rail // g < 2):
             continue
+        labels = rank // (per_rail // g)[rail_code]
+        sep = silhouette_1d(offset, labels)
         if sep > best[0]:
             if best[1] is not None:
                 other = max(other, best[0])
@@ -574,6 +575,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     sizes = [len(u) for us in stage_units for u in us]
     tp = max(set(sizes), key=sizes.count) if sizes else 1
     notes: list[str] = []
+    widened = False
     if pp > 1:
         ntx, nrx = (_group_residual(v, groups) for v in (htx, hrx))
         level = [float(np.median(offset[st])) for st in stage_sets]
@@ -581,6 +583,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx, resolved)
         chunks.extend(more)
         notes.extend(chain_notes)
+        widened = bool(chain_notes)  # each note is a boundary whose partners stayed unknown
     if n % (tp * pp):
         notes.append(f"{n} endpoints do not divide into tp={tp} x pp={pp}")
     dp = max(1, n // (tp * pp))
@@ -590,6 +593,11 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # be clear. A single stage is only as credible as no split is visible.
     quality = split.separation if pp > 1 else max(0.0, 1.0 - split.best_other)
     confidence = float(np.sqrt(it.regularity * quality))
+    if widened:
+        # Partners unknown somewhere: the list is knowingly wider than the
+        # skeleton (and a tensor split the sampling could not see may be
+        # missing too), so the structure is not vouched for.
+        confidence = min(confidence, WIDENED_CONFIDENCE)
     dp_groups = sorted(sorted(eps[i] for i in g) for g in groups)
     return Skeleton(job=job, confidence=round(min(1.0, max(0.0, confidence)), 3), dp=dp,
                     tp=tp, pp=pp, ep=ep, dp_groups=dp_groups,

@@ -15,7 +15,7 @@ the recording is cut at each sync point rather than folded at one period.
   one cluster per iteration by the gaps between them; the sync points are
   the clusters' ends; the period is their median spacing.
 - `collective_offsets`: each endpoint's reduction time within each
-  iteration, relative to the job's median: stages show as levels.
+  iteration, relative to the job's mean: stages show as levels.
 - `activity_wobble`: each endpoint's centre of non-collective traffic per
   iteration, relative to its stage: a replica's own pace, shared by all its
   stages and tensor-parallel ranks (how partners are told apart).
@@ -32,7 +32,8 @@ BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's t
 COLLECTIVE_LEVEL = 0.05  # an endpoint's sample is collective above this share of its top
 MIN_ITERATIONS = 8  # fewer repeats than this are no evidence of training
 REGULAR_TOLERANCE = 0.25  # an iteration is regular within this fraction of the period
-TRIM = 0.2  # trimmed mean: stalls and stragglers in a fifth of iterations at each end
+OUTLIER_SAMPLES = 1.5  # an iteration's centre further than this many samples from the median...
+OUTLIER_MADS = 3.0  # ...plus this many robust deviations is a stall or straggler, left out
 
 
 @dataclass(frozen=True)
@@ -120,34 +121,42 @@ def _window_centres(x: np.ndarray, sync: np.ndarray, dt: float) -> np.ndarray:
     return np.asarray(c)
 
 
-def _trimmed_mean(x: np.ndarray) -> np.ndarray:
-    """Row-wise mean of the middle values, NaNs ignored (quantized centres
-    average to sub-sample precision; a median would stay quantized)."""
-    # np.nanquantile runs row by row; rows without NaN take the fast path.
-    holes = np.isnan(x).any(axis=1)
-    lo = np.empty((x.shape[0], 1))
-    hi = np.empty((x.shape[0], 1))
-    full = x[~holes]
-    if len(full):
-        lo[~holes], hi[~holes] = np.quantile(full, [TRIM, 1 - TRIM], axis=1, keepdims=True)
-    if holes.any():
-        lo[holes], hi[holes] = np.nanquantile(x[holes], [TRIM, 1 - TRIM], axis=1, keepdims=True)
-    inside = (x >= lo) & (x <= hi)
+def _robust_mean(x: np.ndarray, dt: float) -> np.ndarray:
+    """Row-wise mean of the values near the row's median, NaNs ignored.
+    Centres are quantized to the sampling interval: at coarse sampling an
+    endpoint's centre takes two or three values, and a trimmed mean or a
+    median snaps to the commonest one (offsets one quarter of a sample apart
+    come out equal). A plain mean of the values within a sample and a half
+    (plus the row's own spread) keeps the sub-sample information and still
+    drops the stalls and stragglers that land far off."""
+    m = np.nanmedian(x, axis=1, keepdims=True)
+    dev = np.abs(x - m)
+    mad = np.nanmedian(dev, axis=1, keepdims=True)
     with np.errstate(invalid="ignore"):
-        return np.asarray(np.nansum(np.where(inside, x, 0.0), axis=1) / inside.sum(axis=1))
+        inside = dev <= OUTLIER_SAMPLES * dt + OUTLIER_MADS * 1.4826 * mad
+        return np.asarray(np.where(inside, x, 0.0).sum(axis=1) / inside.sum(axis=1))
 
 
 def collective_offsets(sym: np.ndarray, it: Iterations, dt: float) -> np.ndarray:
-    """Per endpoint, seconds between its reduction and the job's median
+    """Per endpoint, seconds between its reduction and the job's mean
     reduction in the same iteration, averaged over iterations. Only burst
-    samples count, so background bytes do not pull the centre."""
+    samples and their neighbours count, so background bytes do not pull the
+    centre while the tail of a burst that straddles a sample boundary does
+    (dropping it would snap the centre to the sample grid)."""
     top = np.quantile(sym, 0.999, axis=1, keepdims=True)
-    burst = np.where(sym > BURST_LEVEL * top, sym, 0.0)
+    hot = sym > BURST_LEVEL * top
+    hot[:, 1:] |= hot[:, :-1].copy()
+    hot[:, :-1] |= hot[:, 1:].copy()
+    burst = np.where(hot, sym, 0.0)
     # Windows cut mid-gap: a reduction whose endpoint's clock or burst runs
     # a little past the job's sync point stays in its own iteration.
     c = _window_centres(burst, it.bounds, dt)
-    rel = c - np.nanmedian(c, axis=0, keepdims=True)
-    return _trimmed_mean(rel)
+    # The job's reference is a mean, not a median: a median of quantized
+    # centres jumps by a whole sample from one iteration to the next.
+    seen = np.isfinite(c)
+    mean = np.where(seen, c, 0.0).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
+    rel = c - mean[None, :]
+    return _robust_mean(rel, dt)
 
 
 def collective_mask(sym: np.ndarray) -> np.ndarray:

@@ -1,0 +1,124 @@
+"""Harder copies of labelled recordings we did not write, for
+`bench/accuracy.py`: the held-out set differs from the development set in
+ways that can be made from the development data itself without inventing
+any traffic — coarser sampling (counters are cumulative, so keeping every
+k-th sample is exactly what a slower sampler reads) and opaque ids (names
+that carry no rank, host or rail). A method that passes the originals but
+not these copies leans on something the held-out set does not give it.
+
+    python bench/variants.py ../shared/data/dev/skeleton OUT [--interval 1.0] [--opaque]
+    python bench/accuracy.py OUT --only skeleton
+
+Writes `OUT/<name>/` in the same layout (topology.json, throughput.parquet
+or probes.parquet, truth.json) and prints one JSON line naming what it made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+
+def decimate(table: pa.Table, interval_s: float) -> pa.Table:
+    """Per endpoint, the first sample of every `interval_s` slot of its own
+    clock: what a sampler running at that interval would have read."""
+    ep = table.column("endpoint").to_numpy(zero_copy_only=False)
+    ts = table.column("ts").to_numpy()
+    order = np.lexsort((ts, ep))
+    ep_s, ts_s = ep[order], ts[order]
+    first = np.ones(len(order), bool)
+    first[1:] = ep_s[1:] != ep_s[:-1]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    slot = np.floor((ts_s - ts_s[start]) / interval_s).astype(np.int64)
+    keep = first.copy()
+    keep[1:] |= slot[1:] != slot[:-1]
+    return table.take(pa.array(np.sort(order[keep])))
+
+
+def _opaque(name: str, salt: str) -> str:
+    return "x" + hashlib.sha256((salt + name).encode()).hexdigest()[:10]
+
+
+def _ids(topology: dict[str, Any]) -> set[str]:
+    """Every endpoint, container, host and NIC id: the names that could
+    carry rank, host or rail numbers."""
+    out: set[str] = set()
+    for h in topology.get("hosts", []):
+        out.add(h["id"])
+        out.update(n["id"] for n in h.get("nics", []))
+    for c in topology.get("containers", []):
+        out.add(c["id"])
+        out.update(e["id"] for e in c.get("endpoints", []))
+    return out
+
+
+def _rename(obj: Any, names: dict[str, str]) -> Any:
+    if isinstance(obj, str):
+        return names.get(obj, obj)
+    if isinstance(obj, list):
+        return [_rename(x, names) for x in obj]
+    if isinstance(obj, dict):
+        return {names.get(k, k): _rename(v, names) for k, v in obj.items()}
+    return obj
+
+
+def _rename_column(table: pa.Table, column: str, names: dict[str, str]) -> pa.Table:
+    if column not in table.column_names:
+        return table
+    col = table.column(column).combine_chunks()
+    uniq = pc.unique(col)
+    mapped = pa.array([names.get(v, v) if v is not None else None for v in uniq.to_pylist()],
+                      pa.string())
+    idx = pc.index_in(col, value_set=uniq)
+    return table.set_column(table.column_names.index(column), column, pc.take(mapped, idx))
+
+
+def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int) -> str:
+    topology = json.loads((rec / "topology.json").read_text())
+    truth = json.loads((rec / "truth.json").read_text())
+    data = "throughput.parquet" if (rec / "throughput.parquet").exists() else "probes.parquet"
+    table = pq.read_table(rec / data)
+    if interval_s and data == "throughput.parquet":
+        table = decimate(table, interval_s)
+    if opaque:
+        names = {n: _opaque(n, f"{seed}:{rec.name}") for n in _ids(topology)}
+        topology, truth = _rename(topology, names), _rename(truth, names)
+        for column in ("endpoint", "src", "dst"):
+            table = _rename_column(table, column, names)
+        rng = np.random.default_rng(seed)
+        table = table.take(pa.array(rng.permutation(table.num_rows)))
+    dest = out / rec.name
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "topology.json").write_text(json.dumps(topology))
+    (dest / "truth.json").write_text(json.dumps(truth))
+    pq.write_table(table, dest / data)
+    return str(dest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", type=Path, help="a directory of recordings, or one recording")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--interval", type=float, default=None,
+                    help="resample throughput to this interval (s)")
+    ap.add_argument("--opaque", action="store_true", help="replace every id by a hash")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    recs = ([args.src] if (args.src / "truth.json").exists()
+            else sorted(p for p in args.src.iterdir() if (p / "truth.json").exists()))
+    made = [make(r, args.out, args.interval, args.opaque, args.seed) for r in recs]
+    print(json.dumps({"made": made, "interval_s": args.interval, "opaque": args.opaque}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
