@@ -2,12 +2,14 @@
 `bench/accuracy.py`: the held-out set differs from the development set in
 ways that can be made from the development data itself without inventing
 any traffic — coarser sampling (counters are cumulative, so keeping every
-k-th sample is exactly what a slower sampler reads) and opaque ids (names
-that carry no rank, host or rail). A method that passes the originals but
+k-th sample is exactly what a slower sampler reads), opaque ids (names
+that carry no rank, host or rail) and fewer traced routes (a route is only
+ever removed, never made up). A method that passes the originals but
 not these copies leans on something the held-out set does not give it.
 
     python bench/variants.py ../shared/data/dev/skeleton OUT [--interval 1.0] [--opaque]
-    python bench/accuracy.py OUT --only skeleton
+    python bench/variants.py ../shared/data/dev/faults OUT [--routes 0.3] [--opaque]
+    python bench/accuracy.py OUT
 
 Writes `OUT/<name>/` in the same layout (topology.json, throughput.parquet
 or probes.parquet, truth.json) and prints one JSON line naming what it made.
@@ -61,9 +63,20 @@ def _ids(topology: dict[str, Any]) -> set[str]:
     return out
 
 
+def _rename_id(s: str, names: dict[str, str]) -> str:
+    """An id, or a composite one: a link `A~B` (its ends sorted again, as the
+    contract orders them), a rule `HOST:VNI:DST`."""
+    if s in names:
+        return names[s]
+    if "~" in s:
+        return "~".join(sorted(_rename_id(p, names) for p in s.split("~")))
+    head, sep, rest = s.partition(":")
+    return names[head] + sep + rest if sep and head in names else s
+
+
 def _rename(obj: Any, names: dict[str, str]) -> Any:
     if isinstance(obj, str):
-        return names.get(obj, obj)
+        return _rename_id(obj, names)
     if isinstance(obj, list):
         return [_rename(x, names) for x in obj]
     if isinstance(obj, dict):
@@ -82,13 +95,29 @@ def _rename_column(table: pa.Table, column: str, names: dict[str, str]) -> pa.Ta
     return table.set_column(table.column_names.index(column), column, pc.take(mapped, idx))
 
 
-def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int) -> str:
+def drop_routes(table: pa.Table, keep: float, seed: int) -> pa.Table:
+    """Keep the traced route of a share `keep` of the pairs' flows (all of a
+    pair's routes or none: an agent that did not trace a pair knows none)."""
+    if "route" not in table.column_names:
+        return table
+    pair = pc.binary_join_element_wise(table.column("src"), table.column("dst"), "|")
+    uniq = pc.unique(pair)
+    rng = np.random.default_rng(seed)
+    kept = pc.is_in(pair, value_set=uniq.filter(pa.array(rng.random(len(uniq)) < keep)))
+    route = pc.if_else(kept, table.column("route"), pa.scalar(None, pa.string()))
+    return table.set_column(table.column_names.index("route"), "route", route)
+
+
+def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int,
+         routes: float = 1.0) -> str:
     topology = json.loads((rec / "topology.json").read_text())
     truth = json.loads((rec / "truth.json").read_text())
     data = "throughput.parquet" if (rec / "throughput.parquet").exists() else "probes.parquet"
     table = pq.read_table(rec / data)
     if interval_s and data == "throughput.parquet":
         table = decimate(table, interval_s)
+    if routes < 1.0 and data == "probes.parquet":
+        table = drop_routes(table, routes, seed)
     if opaque:
         names = {n: _opaque(n, f"{seed}:{rec.name}") for n in _ids(topology)}
         topology, truth = _rename(topology, names), _rename(truth, names)
@@ -111,12 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=None,
                     help="resample throughput to this interval (s)")
     ap.add_argument("--opaque", action="store_true", help="replace every id by a hash")
+    ap.add_argument("--routes", type=float, default=1.0,
+                    help="share of probe pairs whose routes are kept (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     recs = ([args.src] if (args.src / "truth.json").exists()
             else sorted(p for p in args.src.iterdir() if (p / "truth.json").exists()))
-    made = [make(r, args.out, args.interval, args.opaque, args.seed) for r in recs]
-    print(json.dumps({"made": made, "interval_s": args.interval, "opaque": args.opaque}))
+    made = [make(r, args.out, args.interval, args.opaque, args.seed, args.routes) for r in recs]
+    print(json.dumps({"made": made, "interval_s": args.interval, "opaque": args.opaque,
+                      "routes": args.routes}))
     return 0
 
 
