@@ -407,8 +407,9 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
     as chains, stage by stage: each next stage's units are assigned to the
     chains whose pace they share (the chain's mean wobble so far, so every
     stage adds evidence). Units only join chains over the same rails. A unit
-    whose best chain is not clearly better than another keeps both (recall
-    first); a stage whose assignment is no better than chance keeps every
+    whose best chain is not clearly better than another, by the pace of the
+    two replicas concerned and by the transfers between the units, keeps
+    both (recall first); a stage whose assignment is no better than chance keeps every
     cross pair, and so does a boundary the sampling cannot resolve
     (`resolved[s - 1]` False for stages s - 1 and s): when both stages
     reduce within one sample, activations between them have no instant of
@@ -448,10 +449,17 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
             assigned = c[rows, cols]
             chance = _chance_assignment(tmpl, nrows)
             # A swap's loss carries four scores' noise (2 noise units); a true
-            # partner lost to noise shows a loss near -2 x signal + noise, so
-            # the weaker the pace, the wider the swaps kept.
-            signal = float(np.median(assigned)) - chance
-            tolerance = max(2 * AMBIGUITY * noise, 2 * MISS_Z * noise - 2 * signal)
+            # partner lost to noise shows a loss near minus the two rows'
+            # signals plus noise, so the weaker the pace of the two replicas
+            # a swap involves, the wider it is kept (replicas' paces differ:
+            # a job-wide median would trust the weak ones as much as the
+            # strong ones).
+            strength = np.maximum(assigned - chance, 0.0)
+            holder = np.empty_like(cols)
+            holder[cols] = np.arange(len(cols))
+            both = strength[:, None] + strength[holder][None, :]
+            tolerance: float | np.ndarray = np.maximum(2 * AMBIGUITY * noise,
+                                                       2 * MISS_Z * noise - both)
             if len(chains) > 1 and float(np.median(assigned)) < chance + CHAIN_SIGNIFICANCE * noise:
                 # The pace is too weak here: try the transfers themselves.
                 c = transfer_scores(prev, nxt, ntx, nrx, rail_of)
@@ -465,7 +473,17 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                     chains = [[u] for u in nxt]
                     continue
                 tolerance = 2 * TRANSFER_MARGIN
-            for i, close in enumerate(_near_assignments(c, cols, tolerance)):
+                near = _near_assignments(c, cols, tolerance)
+            else:
+                near = _near_assignments(c, cols, tolerance)
+                if any(len(x) > 1 for x in near):
+                    # A swap the pace cannot exclude: the transfers themselves
+                    # are a second, independent witness. Only a swap that
+                    # both leave open is kept.
+                    t = transfer_scores(prev, nxt, ntx, nrx, rail_of)
+                    excluded = _near_assignments(t, cols, 2 * TRANSFER_MARGIN)
+                    near = [np.intersect1d(a, b) for a, b in zip(near, excluded, strict=True)]
+            for i, close in enumerate(near):
                 chunks.extend(_same_rail_cross([prev[i]], [nxt[x] for x in close], rail_of))
             chains = [chains[i] + [nxt[j]] for i, j in zip(rows, cols, strict=True)]
     return chunks, notes
@@ -484,9 +502,11 @@ def _chance_assignment(tmpl: np.ndarray, rows: np.ndarray, shifts: int = 5) -> f
     return float(np.mean(out))
 
 
-def _near_assignments(c: np.ndarray, cols: np.ndarray, tolerance: float) -> list[np.ndarray]:
+def _near_assignments(c: np.ndarray, cols: np.ndarray, tolerance: float | np.ndarray
+                      ) -> list[np.ndarray]:
     """For each row, its assigned column and every column it could take by
-    swapping partners with another row at a loss within `tolerance`.
+    swapping partners with another row at a loss within `tolerance` (one
+    value, or one per row and column).
     Partners are one-to-one, so a unit that scores well with a column already
     clearly taken is no real alternative: the swap is what must be close."""
     holder = np.empty_like(cols)
@@ -494,7 +514,7 @@ def _near_assignments(c: np.ndarray, cols: np.ndarray, tolerance: float) -> list
     mine = c[np.arange(len(cols)), cols]
     # loss[i, j]: row i takes column j, its holder takes row i's column.
     loss = mine[:, None] + mine[holder][None, :] - c - c[holder][:, cols].T
-    return [np.flatnonzero(row <= tolerance) for row in loss]
+    return [np.flatnonzero(row) for row in loss <= tolerance]
 
 
 def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
