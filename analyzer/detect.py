@@ -282,10 +282,12 @@ class Detector:
         return ref_med, ref_p25, need, valid.sum(axis=1) >= cfg.lof_min_history
 
     def observe(self, rows: np.ndarray, stats: np.ndarray, sent: np.ndarray, lost: np.ndarray,
-                window_start: float, window_end: float, groups: Groups | None = None
-                ) -> tuple[Observation, DriftReport | None]:
+                window_start: float, window_end: float, groups: Groups | None = None,
+                held: np.ndarray | None = None) -> tuple[Observation, DriftReport | None]:
         """rows (N,) unique; stats (N, 7) in STATS order, NaN when all probes
-        were lost; groups: which pooled loss groups each row belongs to."""
+        were lost; groups: which pooled loss groups each row belongs to;
+        held: rows an open loss incident holds, whose windows must not teach
+        the baseline the fault (once the row has a baseline of its own)."""
         cfg = self.cfg
         sent = np.asarray(sent, dtype=np.int64)
         lost = np.asarray(lost, dtype=np.int64)
@@ -328,6 +330,9 @@ class Detector:
         # Near-significant rows stay out too: a slow loss must not become the baseline.
         near = (lost >= cfg.loss_min_lost) & (loss_p < cfg.loss_near_alpha)
         healthy = ~(loss | latency | unreachable | suspect | near)
+        if held is not None:
+            known = (self.hsent[rows] > 0).sum(axis=1) >= cfg.lof_min_history
+            healthy &= ~(held & known)
         hr = rows[healthy]
         pos = self.hpos[hr]
         self.hist[hr, pos] = np.where(has_rtt[healthy, None], stats[healthy], np.nan)

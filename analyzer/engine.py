@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
+from scipy import stats as sps
 
 from analyzer.detect import (
     STATS,
@@ -500,8 +501,9 @@ class Analyzer:
         sent = np.fromiter((w.sent for w in windows), dtype=np.int64, count=len(windows))
         lost = np.fromiter((w.lost for w in windows), dtype=np.int64, count=len(windows))
         groups = self._loss_groups(rows)
-        obs, drift = self.detector.observe(rows, stats, sent, lost, start, end, groups)
         pid = self._row_pair[rows]
+        obs, drift = self.detector.observe(rows, stats, sent, lost, start, end, groups,
+                                           held=self._held_by_loss(pid))
         flagged = np.flatnonzero(obs.latency | obs.loss | obs.unreachable)
         bad_pairs = unique(pid[flagged])
         anomalous: dict[Pair, str] = {}
@@ -544,9 +546,14 @@ class Analyzer:
                 clears[link] = max(clears.get(link, 0), n)
             findings = self._localize(anomalous, healthy, clears)
             strong = self._strong_pairs(pid, obs.sustained, sent - lost)
+            # Each pair's probes this window: a loss incident's "clean" windows
+            # must really be clean, not merely short of significance.
+            npairs = len(self._pairs)
+            counts = (np.bincount(pid, weights=sent * obs.loss_baseline, minlength=npairs),
+                      np.bincount(pid, weights=lost, minlength=npairs))
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
-                                              strong)
+                                              strong, counts)
         if drift is not None:
             changed += self._drift_incidents(drift)
         return changed
@@ -654,10 +661,13 @@ class Analyzer:
                           observed: Container[Pair], anomalous: dict[Pair, str],
                           open_map: dict[tuple[str, str], str],
                           streaks: dict[tuple[str, str], tuple[int, float]],
-                          persist: Callable[[str], int], strong: Container[Pair] = ()
+                          persist: Callable[[str], int], strong: Container[Pair] = (),
+                          counts: tuple[np.ndarray, np.ndarray] | None = None
                           ) -> list[Incident]:
         """Findings that persisted open (or grow) incidents; components whose
-        pairs were seen healthy close theirs."""
+        pairs were seen healthy close theirs. `counts`: probes expected lost
+        at each row's healthy rate and probes lost, per pair id this window,
+        to tell a clean window from a quiet one."""
         changed = []
         seen_keys = set()
         for f in findings:
@@ -725,6 +735,12 @@ class Analyzer:
             inc = self.incidents[inc_id]
             seen = [p for p in inc.pairs if p in observed]
             if seen and not any(p in anomalous for p in inc.pairs):
+                if counts is not None and inc.symptom == "loss" and self._still_lossy(inc, counts):
+                    # Losses short of significance, but more than the pairs'
+                    # healthy rates explain: a weak fault between detections,
+                    # not its end.
+                    self._clean.pop(inc_id, None)
+                    continue
                 # Closed after close_windows clean windows in a row: a weak
                 # fault (a link losing 2 % of a few flows) skips windows.
                 first_clean = self._clean.setdefault(inc_id, (0, start))
@@ -738,6 +754,27 @@ class Analyzer:
                 changed.append(inc)
                 log.warning("incident %s closed", inc.id)
         return changed
+
+    def _held_by_loss(self, pid: np.ndarray) -> np.ndarray | None:
+        """Which rows (by pair id) an open loss incident holds: a weak fault's
+        quiet windows must not become the baseline its end is judged by."""
+        ids = [self._pair_id[p] for iid in self._open.values()
+               if self.incidents[iid].symptom == "loss"
+               for p in self.incidents[iid].pairs if p in self._pair_id]
+        return np.isin(pid, ids) if ids else None
+
+    def _still_lossy(self, inc: Incident, counts: tuple[np.ndarray, np.ndarray]) -> bool:
+        """Whether the incident's pairs lost more probes this window than
+        their healthy rates make plausible (one-sided Poisson at
+        close_loss_alpha; each row's rate is its own healthy history's)."""
+        ids = [self._pair_id[p] for p in inc.pairs if p in self._pair_id]
+        if not ids:
+            return False
+        expected = float(counts[0][ids].sum())
+        lost = int(round(float(counts[1][ids].sum())))
+        if lost == 0:
+            return False
+        return float(sps.poisson.sf(lost - 1, max(expected, 1e-12))) < self.cfg.close_loss_alpha
 
     def _overlapping(self, f: Finding, open_map: dict[tuple[str, str], str],
                      key: tuple[str, str]) -> tuple[str, str] | None:

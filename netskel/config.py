@@ -87,6 +87,8 @@ class AnalyzerConfig:
     persist_windows: int = 1           # lossy windows in a row before an incident opens
     close_windows: int = 4             # clean windows in a row before an incident closes
     #                                    (it ends where the clean run began)
+    close_loss_alpha: float = 0.05     # a window whose losses on a loss incident's pairs are
+    #                                    this unlikely at the healthy rate is not clean
     latency_persist_windows: int = 3   # slow windows in a row (one slow for 3/4 of it counts
     #                                    as two): a congestion burst under 20 s is not a fault
     latency_min_seconds: float = 20.0  # ... and slow for at least this long, whatever the

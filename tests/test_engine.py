@@ -77,6 +77,29 @@ def test_loss_opens_then_recovery_closes(engine):
     assert d.verdict == OK
 
 
+def test_weak_loss_between_detections_keeps_its_incident_open(engine):
+    """A weak fault loses a few probes in the windows where its loss falls
+    short of significance: those windows are not recovery, nor do they teach
+    the pair's baseline the fault. The incident stays one and closes only
+    once the losses stop."""
+    p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
+    h = engine.cfg.lof_min_history  # the pair has a baseline of its own
+    for k in range(h):
+        feed(engine, k)
+    opened = feed(engine, h, bad={p})
+    assert len(opened) == 1
+    n = engine.cfg.close_windows
+    # Two lost of 300: not significant on its own, far above the healthy rate.
+    weak = range(h + 1, h + 1 + 2 * n)
+    for k in weak:
+        assert all(i.end is None for i in feed(engine, k, bad={p}, lost=2))
+    assert [i.id for i in engine.list_incidents()] == [opened[0].id]
+    for k in range(weak.stop, weak.stop + n - 1):
+        assert feed(engine, k) == []
+    closed = feed(engine, weak.stop + n - 1)
+    assert [i.id for i in closed] == [opened[0].id] and closed[0].end == T0 + weak.stop * W
+
+
 def test_persistence_requirement_delays_the_incident():
     e = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig(persist_windows=2))
     p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
