@@ -27,10 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.cluster import hierarchy
-from scipy.optimize import linear_sum_assignment
-from scipy.spatial.distance import squareform
 
+from controller.grouping import average_linkage, cut, max_assignment
 from controller.pinglist import id_hash, owner_bits
 from controller.timing import (
     activity_wobble,
@@ -273,15 +271,14 @@ def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
     if n <= 3:
         return np.zeros(n, dtype=np.int64), 1.0
     d = distances(x)
-    # The distances already at hand, condensed: linkage need not recompute them.
-    z = hierarchy.linkage(squareform(d, checks=False), method="average")
+    merges = average_linkage(d)
     names, host_code = np.unique(np.asarray(hosts, dtype=object), return_inverse=True)
     n_hosts = len(names)
     best: tuple[float, np.ndarray | None] = (0.0, None)
     for g in range(2, n // 2 + 1):
         if n % g:
             continue
-        labels = hierarchy.fcluster(z, g, criterion="maxclust") - 1
+        labels = cut(merges, n, g)
         sizes = np.bincount(labels, minlength=g)
         if len(sizes) != g or np.any(sizes != n // g):
             continue
@@ -445,7 +442,7 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
             tmpl = _unit_rows([np.concatenate(c) for c in chains], wobble)
             nrows = _unit_rows(nxt, wobble)
             c = tmpl @ nrows.T
-            rows, cols = linear_sum_assignment(-c)
+            rows, cols = max_assignment(c)
             assigned = c[rows, cols]
             chance = _chance_assignment(tmpl, nrows)
             # A swap's loss carries four scores' noise (2 noise units); a true
@@ -463,7 +460,7 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
             if len(chains) > 1 and float(np.median(assigned)) < chance + CHAIN_SIGNIFICANCE * noise:
                 # The pace is too weak here: try the transfers themselves.
                 c = transfer_scores(prev, nxt, ntx, nrx, rail_of)
-                rows, cols = linear_sum_assignment(-c)
+                rows, cols = max_assignment(c)
                 others = (c.sum(axis=1) - c[rows, cols]) / max(1, len(nxt) - 1)
                 if float(np.median(c[rows, cols] - others)) < TRANSFER_MARGIN:
                     chunks.extend(_same_rail_cross(prev, nxt, rail_of))
@@ -497,7 +494,7 @@ def _chance_assignment(tmpl: np.ndarray, rows: np.ndarray, shifts: int = 5) -> f
     out = []
     for sh in range(1, shifts + 1):
         c = tmpl @ np.roll(rows, sh * k // (shifts + 1), axis=1).T
-        r, col = linear_sum_assignment(-c)
+        r, col = max_assignment(c)
         out.append(float(np.median(c[r, col])))
     return float(np.mean(out))
 

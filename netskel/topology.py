@@ -6,6 +6,7 @@ taken from the explicit fields, never parsed out of an id.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 from collections.abc import Mapping
@@ -142,6 +143,17 @@ def _unique(reader: _Reader, seen: dict[str, str], ident: str, where: str) -> No
     seen[ident] = where
 
 
+@functools.lru_cache(maxsize=65536)
+def _valid_dst(dst: str) -> bool:
+    """Every host holds rules for the same few hundred addresses: each is
+    parsed once (ipaddress is slow enough to show in `netskel infer`)."""
+    try:
+        ipaddress.ip_network(dst, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
 def _rules(reader: _Reader, raw: Any, where: str) -> tuple[Rule, ...]:
     rules = []
     for i, r in enumerate(reader.arr(raw, where)):
@@ -153,10 +165,8 @@ def _rules(reader: _Reader, raw: Any, where: str) -> tuple[Rule, ...]:
         vni = reader.integer(d, "vni", w)
         dst = reader.string(d, "dst", w)
         assert vni is not None and dst is not None
-        try:
-            ipaddress.ip_network(dst, strict=False)
-        except ValueError:
-            raise reader.fail(f"{w}.dst", f"'{dst}' is not an address or a CIDR prefix") from None
+        if not _valid_dst(dst):
+            raise reader.fail(f"{w}.dst", f"'{dst}' is not an address or a CIDR prefix")
         to = reader.string(d, "to", w, required=action in ("tunnel", "deliver"))
         priority = d.get("priority", 0)
         if priority is None:

@@ -1,0 +1,131 @@
+"""Average-linkage clustering and one-to-one assignment for the small
+matrices skeleton inference meets (a container's NICs, a data-parallel
+group's members, a stage's replicas).
+
+Why not SciPy's: `scipy.cluster` and `scipy.optimize` take a quarter of a
+second to import, half of `netskel infer`'s start-up budget, for matrices
+of a few to a few dozen rows. These are the textbook algorithms with the
+inner loop in numpy; tests hold them to SciPy's answers. Above a few dozen
+rows SciPy's compiled code is worth its import, and is imported then.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LINKAGE_SMALL = 256  # points up to which the numpy linkage runs (5 ms at 256)
+ASSIGN_SMALL = 64  # rows up to which the numpy assignment runs (5 ms at 64)
+
+
+def average_linkage(d: np.ndarray) -> np.ndarray:
+    """The merge order of average-linkage (UPGMA) clustering of a distance
+    matrix: (n - 1, 2) pairs of point indices, each the smallest point of
+    the two clusters merged, closest first."""
+    n = len(d)
+    if n > LINKAGE_SMALL:
+        from scipy.cluster import hierarchy
+        from scipy.spatial.distance import squareform
+
+        z = hierarchy.linkage(squareform(d, checks=False), method="average")
+        return _scipy_merges(z, n)
+    dist = np.array(d, dtype=np.float64)
+    np.fill_diagonal(dist, np.inf)
+    size = np.ones(n)
+    alive = np.ones(n, dtype=bool)
+    out = np.empty((max(n - 1, 0), 2), dtype=np.int64)
+    for k in range(n - 1):
+        flat = int(np.argmin(dist))
+        i, j = divmod(flat, n)
+        i, j = min(i, j), max(i, j)
+        out[k] = (i, j)
+        # Lance-Williams for the average: the merged cluster's distance to
+        # every other is the size-weighted mean of its parts'.
+        merged = (size[i] * dist[i] + size[j] * dist[j]) / (size[i] + size[j])
+        size[i] += size[j]
+        alive[j] = False
+        merged[~alive] = np.inf
+        merged[i] = np.inf
+        dist[i, :] = merged
+        dist[:, i] = merged
+        dist[j, :] = np.inf
+        dist[:, j] = np.inf
+    return out
+
+
+def _scipy_merges(z: np.ndarray, n: int) -> np.ndarray:
+    """SciPy's linkage matrix as merges of representative points."""
+    rep = np.concatenate([np.arange(n), np.zeros(max(n - 1, 0), dtype=np.int64)])
+    out = np.empty((max(n - 1, 0), 2), dtype=np.int64)
+    for k, (a, b) in enumerate(z[:, :2].astype(np.int64)):
+        i, j = sorted((int(rep[a]), int(rep[b])))
+        out[k] = (i, j)
+        rep[n + k] = i
+    return out
+
+
+def cut(merges: np.ndarray, n: int, groups: int) -> np.ndarray:
+    """Cluster labels 0..groups-1 (numbered by first point) after all but
+    the last groups - 1 merges."""
+    parent = np.arange(n)
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = int(parent[x])
+        return x
+
+    for i, j in merges[: max(0, n - groups)].tolist():
+        parent[root(j)] = root(i)
+    roots = np.array([root(x) for x in range(n)])
+    _, labels = np.unique(roots, return_inverse=True)
+    return np.asarray(labels, dtype=np.int64)
+
+
+def max_assignment(score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) of the one-to-one assignment of rows to columns with the
+    largest total score, rows in order (rows <= columns): the Hungarian
+    method with shortest augmenting paths, one numpy pass per step."""
+    r, c = score.shape
+    if r > c:
+        raise ValueError("more rows than columns")
+    if r > ASSIGN_SMALL:
+        from scipy.optimize import linear_sum_assignment
+
+        rows, cols = linear_sum_assignment(-score)
+        return np.asarray(rows), np.asarray(cols)
+    cost = -np.asarray(score, dtype=np.float64)
+    u = np.zeros(r + 1)
+    v = np.zeros(c + 1)
+    owner = np.zeros(c + 1, dtype=np.int64)  # owner[j]: row (1-based) holding column j; 0 free
+    way = np.zeros(c + 1, dtype=np.int64)
+    for i in range(1, r + 1):
+        owner[0] = i
+        j0 = 0
+        minv = np.full(c + 1, np.inf)
+        used = np.zeros(c + 1, dtype=bool)
+        while True:
+            used[j0] = True
+            i0 = owner[j0]
+            free = ~used[1:]
+            cur = cost[i0 - 1] - u[i0] - v[1:]
+            better = free & (cur < minv[1:])
+            minv[1:][better] = cur[better]
+            way[1:][better] = j0
+            cand = np.where(free, minv[1:], np.inf)
+            j1 = int(np.argmin(cand)) + 1
+            delta = cand[j1 - 1]
+            u[owner[used]] += delta
+            v[used] -= delta
+            minv[1:][free] -= delta
+            j0 = j1
+            if owner[j0] == 0:
+                break
+        while j0:
+            j1 = int(way[j0])
+            owner[j0] = owner[j1]
+            j0 = j1
+    cols = np.empty(r, dtype=np.int64)
+    for j in range(1, c + 1):
+        if owner[j]:
+            cols[owner[j] - 1] = j - 1
+    return np.arange(r, dtype=np.int64), cols
