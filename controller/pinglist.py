@@ -25,6 +25,8 @@ class MemberEndpoint:
     rail: int
     ip: str
     nic_ip: str = ""  # the NIC's underlay address: where route traces start and end
+    rdma_gid: str = ""  # its RDMA queue pair, when its agent registered one
+    rdma_qpn: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class Target:
     active: bool
     src_nic_ip: str = ""  # underlay addresses of both NICs, for the agent's route traces
     dst_nic_ip: str = ""
+    dst_rdma_gid: str = ""  # the target's RDMA queue pair: probed over RDMA when set
+    dst_rdma_qpn: int = 0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -152,7 +156,8 @@ def build_lists(members: Mapping[str, Member],
             dst_member = owner_of[dst]
             t = Target(src=src, dst=dst, dst_ip=ep_of[dst].ip, dst_port=dst_member.probe_port,
                        active=dst_member.active, src_nic_ip=ep_of[src].nic_ip,
-                       dst_nic_ip=ep_of[dst].nic_ip)
+                       dst_nic_ip=ep_of[dst].nic_ip, dst_rdma_gid=ep_of[dst].rdma_gid,
+                       dst_rdma_qpn=ep_of[dst].rdma_qpn)
             lists[owner_of[src].id][t.key] = t
     return lists
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 from netskel.errors import InputError
 from netskel.topology import Topology
 
+_HEX = set("0123456789abcdefABCDEF")
+
 
 @dataclass(frozen=True)
 class RegEndpoint:
@@ -16,6 +18,8 @@ class RegEndpoint:
     ip: str
     vni: int | None = None
     ifname: str = ""
+    rdma_gid: str = ""  # the endpoint's RDMA UD queue pair, when it has a device
+    rdma_qpn: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,10 @@ def validate_registration(reg: Registration, topo: Topology, owners: Mapping[str
         if not e.ip:
             raise InputError(f"registration of '{reg.container}': endpoint '{e.id}' has no "
                              "overlay address")
+        if e.rdma_qpn or e.rdma_gid:
+            groups = e.rdma_gid.split(":")
+            if (len(groups) != 8 or not all(len(g) == 4 and all(c in _HEX for c in g)
+                                            for g in groups)
+                    or not 0 < e.rdma_qpn < 1 << 24):
+                raise InputError(f"registration of '{reg.container}': endpoint '{e.id}' has a "
+                                 f"bad RDMA address (GID '{e.rdma_gid}', QPN {e.rdma_qpn})")

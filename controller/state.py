@@ -115,15 +115,17 @@ class ControllerState:
                  len(self.regs), len(self.lists))
 
     # -- membership ---------------------------------------------------------
-    def _member_endpoint(self, id: str, nic: str, host: str, ip: str | None) -> MemberEndpoint:
+    def _member_endpoint(self, id: str, nic: str, host: str, ip: str | None,
+                         rdma_gid: str = "", rdma_qpn: int = 0) -> MemberEndpoint:
         n = self.topo.nics[nic]
         return MemberEndpoint(id=id, nic=nic, host=host, rail=n.rail, ip=ip or "",
-                              nic_ip=n.ip or "")
+                              nic_ip=n.ip or "", rdma_gid=rdma_gid, rdma_qpn=rdma_qpn)
 
     def _member(self, cid: str) -> Member | None:
         r = self.regs.get(cid)
         if r is not None:
-            eps = tuple(self._member_endpoint(e.id, e.nic, r.host, e.ip) for e in r.endpoints)
+            eps = tuple(self._member_endpoint(e.id, e.nic, r.host, e.ip, e.rdma_gid, e.rdma_qpn)
+                        for e in r.endpoints)
             return Member(id=cid, job=r.job, host=r.host, endpoints=eps,
                           probe_port=r.probe_port, active=r.ready)
         c = self.topo.containers.get(cid)

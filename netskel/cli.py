@@ -105,7 +105,8 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       vswitch_interval_s=a.vswitch_interval,
                       vswitch_db=a.vswitch_db or env("NETSKEL_VSWITCH_DB", ""),
                       underlay_netns=a.underlay_netns or env("NETSKEL_UNDERLAY_NETNS", ""),
-                      trace_interval_s=a.trace_interval)
+                      trace_interval_s=a.trace_interval,
+                      rdma=a.rdma or env("NETSKEL_RDMA", "auto"))
     sec = _security(a, "agent")
     agent = Agent(cfg, sec)
     agent.start()
@@ -398,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "unix:/run/openvswitch/db.sock: which ports are tunnels and to where")
     g.add_argument("--underlay-netns", help="the host's network namespace file (e.g. "
                    "/proc/1/ns/net): route traces between NICs run there")
+    g.add_argument("--rdma", choices=("auto", "off"), default=None,
+                   help="auto (default, env NETSKEL_RDMA): probe over RDMA UD queue pairs from "
+                        "endpoints whose interface has an RDMA device; off: UDP only")
     g.add_argument("--trace-interval", type=float, default=60.0,
                    help="seconds between route traces of each NIC pair")
     g.set_defaults(fn=cmd_agent)

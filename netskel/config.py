@@ -64,6 +64,8 @@ class AgentConfig:
     # vote over the ECMP alternatives).
     underlay_netns: str = ""
     trace_interval_s: float = 60.0     # seconds between route traces of each NIC pair
+    rdma: str = "auto"                 # "auto": RDMA UD probes from endpoints whose interface
+    #                                    has an RDMA device (pyverbs), UDP elsewhere; "off"
     metrics_port: int = 0
 
     def __post_init__(self) -> None:
@@ -71,6 +73,8 @@ class AgentConfig:
                                   "window_seconds", "vswitch_interval_s", "trace_interval_s"))
         if not self.sizes or min(self.sizes) <= 0:
             raise InputError("agent.sizes: one or more positive probe sizes")
+        if self.rdma not in ("auto", "off"):
+            raise InputError(f"agent.rdma: '{self.rdma}' is not 'auto' or 'off'")
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def registration_to_pb(reg: Registration) -> pb.RegisterRequest:
     return pb.RegisterRequest(
         container=reg.container, job=reg.job or "", host=reg.host, probe_port=reg.probe_port,
         agent_version=reg.agent_version,
-        endpoints=[pb.EndpointInfo(id=e.id, nic=e.nic, ip=e.ip, vni=e.vni or 0, ifname=e.ifname)
+        endpoints=[pb.EndpointInfo(id=e.id, nic=e.nic, ip=e.ip, vni=e.vni or 0, ifname=e.ifname,
+                                   rdma_gid=e.rdma_gid, rdma_qpn=e.rdma_qpn)
                    for e in reg.endpoints])
 
 
@@ -57,18 +58,21 @@ def registration_from_pb(m: pb.RegisterRequest) -> Registration:
         container=m.container, job=m.job or None, host=m.host, probe_port=m.probe_port,
         agent_version=m.agent_version,
         endpoints=tuple(RegEndpoint(id=e.id, nic=e.nic, ip=e.ip, vni=e.vni or None,
-                                    ifname=e.ifname) for e in m.endpoints))
+                                    ifname=e.ifname, rdma_gid=e.rdma_gid, rdma_qpn=e.rdma_qpn)
+                        for e in m.endpoints))
 
 
 # -- ping lists ---------------------------------------------------------------
 def target_to_pb(t: Target) -> pb.PingTarget:
     return pb.PingTarget(src=t.src, dst=t.dst, dst_ip=t.dst_ip, dst_port=t.dst_port,
-                         active=t.active, src_nic_ip=t.src_nic_ip, dst_nic_ip=t.dst_nic_ip)
+                         active=t.active, src_nic_ip=t.src_nic_ip, dst_nic_ip=t.dst_nic_ip,
+                         dst_rdma_gid=t.dst_rdma_gid, dst_rdma_qpn=t.dst_rdma_qpn)
 
 
 def target_from_pb(m: pb.PingTarget) -> Target:
     return Target(src=m.src, dst=m.dst, dst_ip=m.dst_ip, dst_port=m.dst_port, active=m.active,
-                  src_nic_ip=m.src_nic_ip, dst_nic_ip=m.dst_nic_ip)
+                  src_nic_ip=m.src_nic_ip, dst_nic_ip=m.dst_nic_ip, dst_rdma_gid=m.dst_rdma_gid,
+                  dst_rdma_qpn=m.dst_rdma_qpn)
 
 
 def list_update_to_pb(u: ListUpdate) -> pb.PingListUpdate:

@@ -11,7 +11,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import grpc
 
@@ -26,6 +26,7 @@ from netskel.errors import InputError
 from netskel.model import CounterSample, VSwitchDump, WindowStats
 from netskel.security import Security, channel
 from probe_agent import check, counters, trace, vswitch, wire
+from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
 from probe_agent.udp import Prober, ProbeTarget, Responder
 from probe_agent.window import WindowAccumulator
 
@@ -51,6 +52,22 @@ def size_classes(sizes: tuple[int, ...], mtu: int | None) -> tuple[int, ...]:
     return kept or (wire.MIN_SIZE,)
 
 
+def split_targets(targets: Iterable[Target], rdma_sources: set[str]
+                  ) -> tuple[dict[tuple[str, str], RdmaAddress], list[Target]]:
+    """Active targets by how they are probed: over RDMA when the source has
+    a queue pair and the target registered one, else over UDP."""
+    rdma: dict[tuple[str, str], RdmaAddress] = {}
+    udp: list[Target] = []
+    for t in targets:
+        if not t.active:
+            continue
+        if t.src in rdma_sources and t.dst_rdma_qpn and t.dst_rdma_gid:
+            rdma[t.key] = RdmaAddress(t.dst_rdma_gid, t.dst_rdma_qpn)
+        else:
+            udp.append(t)
+    return rdma, udp
+
+
 class Agent:
     def __init__(self, cfg: AgentConfig, sec: Security | None = None) -> None:
         """sec: this container's certificate (its SAN names the container);
@@ -74,6 +91,18 @@ class Agent:
         self.acc = WindowAccumulator(self.window_s, cfg.probe_timeout_s)
         self.prober = Prober({e.id: e.ip for e in self.endpoints}, sizes, cfg.probe_rate_hz,
                              cfg.probe_timeout_s, self._on_sent, self._on_reply)
+        # RDMA where the endpoint's interface has a device (UD queue pairs,
+        # probe_agent/rdma.py); every other endpoint and target stays on UDP.
+        self.rdma_acc = WindowAccumulator(self.window_s, cfg.probe_timeout_s, proto="rdma")
+        pingers, addresses, self.rdma_note = ({}, {}, "off by configuration") if cfg.rdma == "off" \
+            else open_pingers({e.id: e.ifname for e in self.endpoints}, self._on_rdma_sent,
+                              self._on_rdma_reply, max(cfg.sizes))
+        self.rdma = RdmaProber(pingers, cfg.probe_rate_hz, sizes, cfg.probe_timeout_s)
+        self.endpoints = tuple(dataclasses.replace(e, rdma_gid=addresses[e.id].gid,
+                                                   rdma_qpn=addresses[e.id].qpn)
+                               if e.id in addresses else e for e in self.endpoints)
+        log.info("RDMA probing from %d of %d endpoints (%s)", len(pingers), len(self.endpoints),
+                 self.rdma_note)
         self.targets: dict[tuple[str, str], Target] = {}
         self.switch_names: dict[str, str] = {}  # router address -> switch id, from the controller
         self.routes: dict[tuple[str, str], str] = {}  # (src, dst) endpoint -> traced route
@@ -92,6 +121,14 @@ class Agent:
         with self._acc_lock:
             self.acc.replied(src, dst, size, t, rtt_us)
 
+    def _on_rdma_sent(self, src: str, dst: str, size: int, t: float) -> None:
+        with self._acc_lock:
+            self.rdma_acc.sent(src, dst, size, t)
+
+    def _on_rdma_reply(self, src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+        with self._acc_lock:
+            self.rdma_acc.replied(src, dst, size, t, rtt_us)
+
     def _enqueue(self, report: pb.AgentReport) -> None:
         while True:
             try:
@@ -105,7 +142,8 @@ class Agent:
 
     def _close_windows(self) -> list[WindowStats]:
         with self._acc_lock:
-            done = self.acc.close(time.time())
+            now = time.time()
+            done = self.acc.close(now) + self.rdma_acc.close(now)
         routes = self.routes
         return [dataclasses.replace(w, route=routes.get((w.src, w.dst), "")) for w in done]
 
@@ -215,8 +253,9 @@ class Agent:
         for m in u.remove:
             self.targets.pop((m.src, m.dst), None)
         self.list_version = u.version
-        self.prober.set_targets(ProbeTarget(t.src, t.dst, t.dst_ip, t.dst_port)
-                                for t in self.targets.values() if t.active)
+        rdma, udp = split_targets(self.targets.values(), set(self.rdma.pingers))
+        self.rdma.set_targets(rdma)
+        self.prober.set_targets(ProbeTarget(t.src, t.dst, t.dst_ip, t.dst_port) for t in udp)
         self._trace_now.set()
         log.info("ping list v%d: %d targets, %d active", u.version, len(self.targets),
                  sum(t.active for t in self.targets.values()))
@@ -317,6 +356,11 @@ class Agent:
             t = threading.Thread(target=fn, name=name, daemon=True)
             t.start()
             self._threads.append(t)
+        for src in self.rdma.pingers:
+            t = threading.Thread(target=self.rdma.run, args=(src, self.stop_event),
+                                 name=f"rdma-{src}", daemon=True)
+            t.start()
+            self._threads.append(t)
 
     def stop(self, deregister: bool = False) -> None:
         """Stop probing; with `deregister` (a clean stop: SIGTERM), tell the
@@ -327,6 +371,8 @@ class Agent:
             t.join(timeout=5)
         self.prober.close()
         self.responder.close()
+        for p in self.rdma.pingers.values():
+            p.close()
         if deregister and self.registered:
             try:
                 with channel(self.cfg.controller, self.sec) as ch:

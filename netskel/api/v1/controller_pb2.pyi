@@ -30,6 +30,8 @@ class EndpointInfo(_message.Message):
     IP_FIELD_NUMBER: _builtins.int
     VNI_FIELD_NUMBER: _builtins.int
     IFNAME_FIELD_NUMBER: _builtins.int
+    RDMA_GID_FIELD_NUMBER: _builtins.int
+    RDMA_QPN_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     nic: _builtins.str
     """The NIC (VF parent) the endpoint is bound to, as in the topology."""
@@ -38,6 +40,11 @@ class EndpointInfo(_message.Message):
     vni: _builtins.int
     ifname: _builtins.str
     """Interface name inside the container (for counters)."""
+    rdma_gid: _builtins.str
+    """Where the endpoint's RDMA UD queue pair answers probes (GID as 8 groups
+    of 4 hex digits, QPN); empty / 0 when the endpoint has no RDMA device.
+    """
+    rdma_qpn: _builtins.int
     def __init__(
         self,
         *,
@@ -46,10 +53,12 @@ class EndpointInfo(_message.Message):
         ip: _builtins.str = ...,
         vni: _builtins.int = ...,
         ifname: _builtins.str = ...,
+        rdma_gid: _builtins.str = ...,
+        rdma_qpn: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "ifname", b"ifname", "ip", b"ip", "nic", b"nic", "vni", b"vni"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "ifname", b"ifname", "ip", b"ip", "nic", b"nic", "rdma_gid", b"rdma_gid", "rdma_qpn", b"rdma_qpn", "vni", b"vni"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -213,6 +222,8 @@ class PingTarget(_message.Message):
     ACTIVE_FIELD_NUMBER: _builtins.int
     SRC_NIC_IP_FIELD_NUMBER: _builtins.int
     DST_NIC_IP_FIELD_NUMBER: _builtins.int
+    DST_RDMA_GID_FIELD_NUMBER: _builtins.int
+    DST_RDMA_QPN_FIELD_NUMBER: _builtins.int
     src: _builtins.str
     dst: _builtins.str
     dst_ip: _builtins.str
@@ -226,6 +237,11 @@ class PingTarget(_message.Message):
     traces the route between them (empty when the topology has none).
     """
     dst_nic_ip: _builtins.str
+    dst_rdma_gid: _builtins.str
+    """The target's RDMA queue pair (its registration's rdma_gid / rdma_qpn):
+    set, and the source has a device, the pair is probed over RDMA.
+    """
+    dst_rdma_qpn: _builtins.int
     def __init__(
         self,
         *,
@@ -236,10 +252,12 @@ class PingTarget(_message.Message):
         active: _builtins.bool = ...,
         src_nic_ip: _builtins.str = ...,
         dst_nic_ip: _builtins.str = ...,
+        dst_rdma_gid: _builtins.str = ...,
+        dst_rdma_qpn: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "dst", b"dst", "dst_ip", b"dst_ip", "dst_nic_ip", b"dst_nic_ip", "dst_port", b"dst_port", "src", b"src", "src_nic_ip", b"src_nic_ip"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "dst", b"dst", "dst_ip", b"dst_ip", "dst_nic_ip", b"dst_nic_ip", "dst_port", b"dst_port", "dst_rdma_gid", b"dst_rdma_gid", "dst_rdma_qpn", b"dst_rdma_qpn", "src", b"src", "src_nic_ip", b"src_nic_ip"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
