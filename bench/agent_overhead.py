@@ -36,6 +36,7 @@ from netskel.config import ControllerConfig  # noqa: E402
 from probe_agent.udp import Responder  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
+BEFORE = 0.168  # CPU-s per 1,000 probes before the hot-path work (issue 16, 2026-11-23)
 
 
 def ip(i: int) -> str:
@@ -62,9 +63,10 @@ def topology(n_targets: int) -> tuple[dict[str, Any], list[int]]:
     return doc, chosen
 
 
-def proc_cpu(pid: int) -> float:
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
 def proc_rss_mb(pid: int) -> float:
@@ -109,7 +111,8 @@ def measure(sock: str, container: str, endpoint: str, seconds: float, rate: floa
         cpu0, sent0, t0 = proc_cpu(agent.pid), probes_sent(mport), time.monotonic()
         time.sleep(seconds)
         cpu1, sent1, t1 = proc_cpu(agent.pid), probes_sent(mport), time.monotonic()
-        return {"cpu_s": cpu1 - cpu0, "probes": sent1 - sent0, "wall_s": t1 - t0,
+        return {"cpu_s": sum(cpu1) - sum(cpu0), "user_s": cpu1[0] - cpu0[0],
+                "sys_s": cpu1[1] - cpu0[1], "probes": sent1 - sent0, "wall_s": t1 - t0,
                 "rss_mb": proc_rss_mb(agent.pid)}
     finally:
         agent.terminate()
@@ -172,6 +175,12 @@ def main() -> None:
         "probes_per_s": round(busy["probes"] / busy["wall_s"], 1),
         "cpu_s_per_1000_probes": round(per_1000, 4),
         "cpu_s_per_1000_probes_above_idle": round(extra, 4),
+        # Where it goes: user space (Python) and the kernel (on loopback the
+        # sender's sendto also runs the receiver's UDP input).
+        "user_s_per_1000_probes": round(busy["user_s"] / max(busy["probes"], 1) * 1000, 4),
+        "sys_s_per_1000_probes": round(busy["sys_s"] / max(busy["probes"], 1) * 1000, 4),
+        # Issue 16's measurement before the hot-path work (2026-11-23, same bench).
+        "before_cpu_s_per_1000_probes": BEFORE,
         "cpu_fraction_of_one_core": round(busy["cpu_s"] / busy["wall_s"], 4),
         "idle_cpu_fraction_of_one_core": round(idle["cpu_s"] / idle["wall_s"], 4),
         "rss_mb": round(busy["rss_mb"], 1), "idle_rss_mb": round(idle["rss_mb"], 1),

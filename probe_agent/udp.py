@@ -45,6 +45,7 @@ _ERR_ANCILLARY = (socket.CMSG_SPACE(_SCM_TIMESTAMPING.size)
                   + socket.CMSG_SPACE(_EXTENDED_ERR.size + 16))
 _MAX_DATAGRAM = 65535
 JITTER = 0.1
+SEND_AHEAD_S = 0.010  # probes due this soon go out with the ones due now
 USER, KERNEL, HARDWARE = "user", "kernel", "hardware"
 
 
@@ -237,6 +238,13 @@ class Prober:
         # seq -> (target key, size, t_send_ns as in the packet, send stamps by clock)
         self._inflight: dict[int, tuple[tuple[str, str], int, int, dict[str, int]]] = {}
         self.timestamping = USER  # the clock of the last RTT: hardware, kernel or user
+        # The hot path builds no per-probe objects: one packet buffer per
+        # size rewritten in place, metric children looked up once.
+        self._buffers = {s: wire.probe_buffer(s) for ss in sizes.values() for s in ss}
+        self._m_sent = {s: metrics.PROBES_SENT.labels(proto="udp", size=str(s))
+                        for s in self._buffers}
+        self._m_rtt = {ep: metrics.PROBE_RTT.labels(src=ep) for ep in sources}
+        self._m_clock = {c: metrics.PROBE_STAMPS.labels(clock=c) for c in (USER, KERNEL, HARDWARE)}
 
     def set_targets(self, targets: Iterable[ProbeTarget]) -> None:
         """Replace the probed set; new targets start at a random phase."""
@@ -254,13 +262,16 @@ class Prober:
             return list(self._targets.values())
 
     def _send_due(self, now: float) -> float:
-        """Send what is due; return when the next probe is due."""
+        """Send what is due within the next few milliseconds (one wake-up
+        serves several probes, well inside their jitter); return when the
+        next probe is due."""
+        horizon = now + SEND_AHEAD_S
         while True:
             with self._lock:
                 if not self._heap:
                     return now + 0.2
                 due, _, key = self._heap[0]
-                if due > now:
+                if due > horizon:
                     return due
                 heapq.heappop(self._heap)
                 target = self._targets.get(key)
@@ -277,18 +288,18 @@ class Prober:
         self._count[key] = n + 1
         size = sizes[n % len(sizes)]
         self._seq += 1
+        packet = self._buffers[size]
         t_ns = time.time_ns()
-        packet = wire.encode(wire.Probe(kind=wire.KIND_PROBE, size=size, seq=self._seq,
-                                        token=self.token, t_send_ns=t_ns))
-        stamps = {USER: t_ns}
-        self._inflight[self._seq] = (key, size, t_ns, stamps)
+        wire.fill_probe(packet, self._seq, self.token, t_ns)
         try:
             self.sockets[t.src].sendto(packet, (t.dst_ip, t.dst_port))
         except OSError as e:  # unreachable, no route, buffer full: a lost probe
             log.debug("probe %s -> %s failed: %s", t.src, t.dst, e)
-        # Bookkeeping after the send: nothing between the user stamp and it.
+        # Bookkeeping after the send: nothing between the user stamp and it
+        # (a reply cannot be read before this thread reads it).
+        self._inflight[self._seq] = (key, size, t_ns, {USER: t_ns})
         self.on_sent(t.src, t.dst, size, t_ns / 1e9)
-        metrics.PROBES_SENT.labels(proto="udp", size=str(size)).inc()
+        self._m_sent[size].inc()
 
     def _sent_stamps(self, sock: socket.socket) -> None:
         """Attach the kernel's send stamps to their probes in flight."""
@@ -303,16 +314,17 @@ class Prober:
 
     def _receive(self, sock: socket.socket) -> None:
         replies = []
+        token = self.token
         while (got := _recv(sock)) is not None:
             data, _addr, t_rx = got
-            p = wire.decode(data) if data else None
-            if p is not None and p.kind == wire.KIND_REPLY and p.token == self.token:
-                replies.append((p, t_rx))
+            f = wire.reply_fields(data)
+            if f is not None and f[1] == token:
+                replies.append((f, t_rx))
         if self.kernel_stamps and self.kernel_tx:
             self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
-        for p, t_rx in replies:
-            entry = self._inflight.pop(p.seq, None)
-            if entry is None or entry[2] != p.t_send_ns:
+        for (seq, _token, t_send_ns, dwell_ns), t_rx in replies:
+            entry = self._inflight.pop(seq, None)
+            if entry is None or entry[2] != t_send_ns:
                 continue
             (src, dst), size, t_user, sent = entry
             if self.kernel_tx:  # one clock at both ends, the most exact both have
@@ -320,11 +332,11 @@ class Prober:
                 t_sent, t_got = sent[clock], t_rx[clock]
             else:  # ping's definition: user send stamp, kernel receive stamp
                 clock, t_sent, t_got = USER, sent[USER], t_rx.get(KERNEL, t_rx[USER])
-            rtt_us = (t_got - t_sent - p.dwell_ns) / 1e3
+            rtt_us = (t_got - t_sent - dwell_ns) / 1e3
             self.timestamping = clock
             self.on_reply(src, dst, size, t_user / 1e9, rtt_us)
-            metrics.PROBE_RTT.labels(src=src).observe(rtt_us)
-            metrics.PROBE_STAMPS.labels(clock=clock).inc()
+            self._m_rtt[src].observe(rtt_us)
+            self._m_clock[clock].inc()
 
     def _expire(self, now_ns: int) -> None:
         limit = now_ns - int(self.timeout_s * 1e9)

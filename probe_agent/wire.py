@@ -50,6 +50,27 @@ def header(data: bytes) -> Probe | None:
     return Probe(kind=kind, size=size, seq=seq, token=token, t_send_ns=t_send, dwell_ns=dwell)
 
 
+def probe_buffer(size: int) -> bytearray:
+    """A probe of `size` bytes whose header `fill_probe` rewrites in place:
+    the prober's hot path builds no object per probe."""
+    return bytearray(encode(Probe(kind=KIND_PROBE, size=size, seq=0, token=0, t_send_ns=0)))
+
+
+def fill_probe(buf: bytearray, seq: int, token: int, t_send_ns: int) -> None:
+    _HEADER.pack_into(buf, 0, MAGIC, VERSION, KIND_PROBE, len(buf), seq, token, t_send_ns, 0)
+
+
+def reply_fields(data: bytes) -> tuple[int, int, int, int] | None:
+    """(seq, token, t_send_ns, dwell_ns) of a well-formed reply, else None:
+    `decode` without building a Probe."""
+    if len(data) < HEADER_SIZE:
+        return None
+    magic, version, kind, size, seq, token, t_send, dwell = _HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION or kind != KIND_REPLY or size != len(data):
+        return None
+    return seq, token, t_send, dwell
+
+
 def reply_to(data: bytes, dwell_ns: int) -> bytes:
     """The echo of a probe: same bytes, kind and dwell changed."""
     head = bytearray(data[:HEADER_SIZE])

@@ -177,3 +177,16 @@ def test_prober_rtt_from_kernel_stamps_at_both_ends():
         assert _tx_stamps(r.sockets[0]) == []
     finally:
         stop.set()
+
+
+def test_probe_buffer_rewritten_in_place_reads_back_as_the_same_probe():
+    buf = wire.probe_buffer(256)
+    wire.fill_probe(buf, seq=41, token=7, t_send_ns=99)
+    p = wire.decode(bytes(buf))
+    assert p is not None and (p.kind, p.size, p.seq, p.token, p.t_send_ns) == (
+        wire.KIND_PROBE, 256, 41, 7, 99)
+    reply = wire.reply_to(bytes(buf), dwell_ns=1234)
+    assert wire.reply_fields(reply) == (41, 7, 99, 1234)
+    assert wire.reply_fields(bytes(buf)) is None  # a probe is not a reply
+    assert wire.reply_fields(reply[:-1]) is None  # cut
+    assert wire.reply_fields(b"x" * 64) is None
