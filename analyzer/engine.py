@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
-from scipy import stats as sps
 
 from analyzer.detect import (
     STATS,
@@ -26,6 +25,7 @@ from analyzer.detect import (
     Observation,
     healthy_rate,
     loss_logp,
+    poisson_sf,
 )
 from analyzer.history import PairHistory
 from analyzer.localize import Finding, Pair, localize, worst_symptom
@@ -774,7 +774,7 @@ class Analyzer:
         lost = int(round(float(counts[1][ids].sum())))
         if lost == 0:
             return False
-        return float(sps.poisson.sf(lost - 1, max(expected, 1e-12))) < self.cfg.close_loss_alpha
+        return float(poisson_sf(lost - 1, max(expected, 1e-12))) < self.cfg.close_loss_alpha
 
     def _overlapping(self, f: Finding, open_map: dict[tuple[str, str], str],
                      key: tuple[str, str]) -> tuple[str, str] | None:

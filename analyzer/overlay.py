@@ -13,6 +13,7 @@ this flow must equal the switch's."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,18 @@ def _rule_doc(r: Rule | None) -> dict[str, Any] | None:
     return doc
 
 
+@functools.lru_cache(maxsize=65536)
+def _network(dst: str) -> tuple[Any, str | None] | None:
+    """(the network, its address when it is a single host) of a rule's
+    destination, or None; every host holds rules for the same addresses,
+    so each is parsed once."""
+    try:
+        net = ipaddress.ip_network(dst, strict=False)
+    except ValueError:
+        return None
+    return net, (str(net.network_address) if net.num_addresses == 1 else None)
+
+
 class _Rules:
     """One switch's (or NIC's) rules, looked up by (VNI, address)."""
 
@@ -50,18 +63,27 @@ class _Rules:
         self.exact: dict[tuple[int, str], Rule] = {}
         self.ranked: dict[int, list[tuple[Any, Rule]]] = {}  # by VNI, best first
         self.top: dict[int, int] = {}                         # highest priority per VNI
+        self._unsorted: set[int] = set()  # VNIs whose ranking waits for the next lookup
 
     def add(self, r: Rule) -> None:
-        try:
-            net = ipaddress.ip_network(r.dst, strict=False)
-        except ValueError:
+        parsed = _network(r.dst)
+        if parsed is None:
             return  # an agent's dump is read by the agent; nothing here can use this one
-        if net.num_addresses == 1:
-            self.exact.setdefault((r.vni, str(net.network_address)), r)
-        ranked = self.ranked.setdefault(r.vni, [])
-        ranked.append((net, r))
-        ranked.sort(key=lambda x: (-x[1].priority, -x[0].prefixlen))
+        net, host = parsed
+        if host is not None:
+            self.exact.setdefault((r.vni, host), r)
+        self.ranked.setdefault(r.vni, []).append((net, r))
+        # Sorted once, when first looked up: a host's thousands of rules are
+        # added in one go (sorting after each add was quadratic).
+        self._unsorted.add(r.vni)
         self.top[r.vni] = max(self.top.get(r.vni, r.priority), r.priority)
+
+    def _ranked(self, vni: int) -> list[tuple[Any, Rule]]:
+        ranked = self.ranked.get(vni, [])
+        if vni in self._unsorted:
+            ranked.sort(key=lambda x: (-x[1].priority, -x[0].prefixlen))  # stable: first added wins ties
+            self._unsorted.discard(vni)
+        return ranked
 
     def lookup(self, vni: int, ip: str) -> Rule | None:
         r = self.exact.get((vni, ip))
@@ -71,7 +93,7 @@ class _Rules:
             addr = ipaddress.ip_address(ip)
         except ValueError:
             return None
-        for net, rule in self.ranked.get(vni, ()):
+        for net, rule in self._ranked(vni):
             if addr in net:
                 return rule
         return None

@@ -131,3 +131,20 @@ def test_a_slow_loss_is_carried_to_the_next_window_and_kept_out_of_the_baseline(
     hit2, _, _ = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **args)
     alone, _, _ = pooled_loss_carried(g, sent, lost, hist, hist, **args)
     assert hit2.any() and not alone.any()
+
+
+def test_binomial_and_poisson_tails_agree_with_scipy_stats():
+    """The detector's tails come from scipy.special (scipy.stats is slow to
+    import); scipy.stats is the reference, edges included."""
+    from scipy import stats
+
+    from analyzer.detect import binom_cdf, binom_sf, poisson_sf
+
+    rng = np.random.default_rng(3)
+    k = rng.integers(-1, 40, 2000)
+    n = np.maximum(k, 0) + rng.integers(0, 50, 2000)
+    p = rng.random(2000) * 0.4
+    mu = rng.random(2000) * 30 + 1e-12
+    np.testing.assert_allclose(binom_sf(k, n, p), stats.binom.sf(k, n, p), rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(binom_cdf(k, n, p), stats.binom.cdf(k, n, p), rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(poisson_sf(k, mu), stats.poisson.sf(k, mu), rtol=1e-9, atol=1e-14)
