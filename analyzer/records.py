@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,27 +16,66 @@ REQUIRED = {"ts": "float", "src": "string", "dst": "string", "size": "integer",
             "rtt_us": "float", "proto": "string"}
 
 
-@dataclass
 class ProbeRecords:
-    ts: np.ndarray        # float64 seconds
-    src: np.ndarray       # object (str)
-    dst: np.ndarray       # object (str)
-    size: np.ndarray      # int64
-    rtt_us: np.ndarray    # float64, NaN when lost
-    proto: np.ndarray     # object (str)
-    route: np.ndarray | None  # object (str or None)
-    # Columns already dictionary-encoded by the reader: name -> (sorted
-    # distinct values, code of each row). Spares a Python pass per column.
-    coded: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict)
+    """Probe records as columns. String columns may come as object arrays
+    or already dictionary-encoded by the reader (name -> (sorted distinct
+    values, code of each row, -1 for null)); either form is produced from
+    the other only when asked for, so an hour of probes never becomes
+    millions of Python strings unless something wants them."""
+
+    def __init__(self, ts: np.ndarray, size: np.ndarray, rtt_us: np.ndarray,
+                 src: np.ndarray | None = None, dst: np.ndarray | None = None,
+                 proto: np.ndarray | None = None, route: np.ndarray | None = None,
+                 coded: dict[str, tuple[list[str], np.ndarray]] | None = None) -> None:
+        self.ts = ts  # float64 seconds
+        self.size = size  # int64
+        self.rtt_us = rtt_us  # float64, NaN when lost
+        self.coded = dict(coded or {})
+        self._values: dict[str, np.ndarray] = {
+            k: v for k, v in (("src", src), ("dst", dst), ("proto", proto), ("route", route))
+            if v is not None}
+        for col in ("src", "dst", "proto"):
+            if col not in self._values and col not in self.coded:
+                raise ValueError(f"probe records without column '{col}'")
 
     def __len__(self) -> int:
         return len(self.ts)
+
+    def _column(self, col: str) -> np.ndarray | None:
+        got = self._values.get(col)
+        if got is None and col in self.coded:
+            names, codes = self.coded[col]
+            got = self._values[col] = np.asarray(list(names) + [None], dtype=object)[codes]
+        return got
+
+    @property
+    def src(self) -> np.ndarray:
+        return self._column("src")  # type: ignore[return-value]
+
+    @property
+    def dst(self) -> np.ndarray:
+        return self._column("dst")  # type: ignore[return-value]
+
+    @property
+    def proto(self) -> np.ndarray:
+        return self._column("proto")  # type: ignore[return-value]
+
+    @property
+    def route(self) -> np.ndarray | None:
+        """Object array (str or None), or None when the file has no routes."""
+        return self._column("route")
+
+    @property
+    def has_route(self) -> bool:
+        return "route" in self.coded or "route" in self._values
 
     def factorized(self, col: str) -> tuple[list[str], np.ndarray]:
         got = self.coded.get(col)
         if got is not None:
             return got
-        values = getattr(self, col)
+        values = self._column(col)
+        if values is None:
+            raise KeyError(col)
         if col == "route":  # untraced probes: null, coded -1
             null = np.array([v is None for v in values], dtype=bool)
             names, codes = factorize(np.where(null, "", values))
@@ -86,14 +124,10 @@ def read_table(path: str | Path, required: dict[str, str],
     return table
 
 
-def _strings(table: pa.Table, col: str) -> np.ndarray:
-    return _coded(table, col)[2]
-
-
-def _coded(table: pa.Table, col: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(sorted distinct strings, each row's code (-1 for null), each row's
-    string as an object array (None for null)) by Arrow's dictionary
-    encoding: distinct values go through Python once, not every row."""
+def _coded(table: pa.Table, col: str) -> tuple[list[str], np.ndarray]:
+    """(sorted distinct strings, each row's code, -1 for null) by Arrow's
+    dictionary encoding: distinct values go through Python once, not every
+    row."""
     arr = table.column(col).combine_chunks()
     if not pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_encode()
@@ -103,10 +137,7 @@ def _coded(table: pa.Table, col: str) -> tuple[list[str], np.ndarray, np.ndarray
     remap = np.empty(len(names) + 1, dtype=np.int64)
     remap[order] = np.arange(len(names))
     remap[-1] = -1  # a null stays -1
-    codes = remap[idx]
-    sorted_names = [names[i] for i in order]
-    values = np.asarray(sorted_names + [None], dtype=object)[codes]
-    return sorted_names, codes, values
+    return [names[i] for i in order], remap[idx]
 
 
 def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
@@ -120,26 +151,31 @@ def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
         raise InputError(f"{p}: column 'size' has nulls")
     size = size_col.to_numpy(zero_copy_only=False).astype(np.int64)
     coded = {c: _coded(table, c) for c in ("src", "dst", "proto")}
-    src, dst, proto = (coded[c][2] for c in ("src", "dst", "proto"))
     if not np.all(np.isfinite(ts)):
         raise InputError(f"{p}: column 'ts' has null or non-finite values")
-    for name, col in (("src", src), ("dst", dst)):
-        unknown = sorted({x for x in set(col.tolist()) if x not in topo.endpoints}, key=str)
+    for name in ("src", "dst", "proto"):
+        names, codes = coded[name]
+        if len(codes) and int(codes.min()) < 0:
+            raise InputError(f"{p}: column '{name}' has nulls")
+        if name == "proto":
+            continue
+        unknown = [x for x in names if x not in topo.endpoints]
         if unknown:
             more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
             raise InputError(f"{p}: column '{name}' names unknown endpoint '{unknown[0]}'{more}")
-    same = src == dst
+    # src == dst, compared by code: the two columns' dictionaries differ.
+    (src_names, src_codes), (dst_names, dst_codes) = coded["src"], coded["dst"]
+    at = {n: i for i, n in enumerate(src_names)}
+    dst_as_src = np.array([at.get(n, -1) for n in dst_names] + [-1], dtype=np.int64)[dst_codes]
+    same = src_codes == dst_as_src
     if np.any(same):
         raise InputError(f"{p}: {int(np.sum(same))} row(s) probe an endpoint from itself "
-                         f"(first: '{src[int(np.argmax(same))]}')")
+                         f"(first: '{src_names[int(src_codes[int(np.argmax(same))])]}')")
     bad = np.isfinite(rtt) & (rtt < 0)
     if bad.any():
         raise InputError(f"{p}: column 'rtt_us' has {int(bad.sum())} negative values")
     if np.any(size <= 0):
         raise InputError(f"{p}: column 'size' has non-positive values")
-    route = None
     if "route" in table.column_names:
         coded["route"] = _coded(table, "route")
-        route = coded["route"][2]
-    return ProbeRecords(ts=ts, src=src, dst=dst, size=size, rtt_us=rtt, proto=proto, route=route,
-                        coded={c: (coded[c][0], coded[c][1]) for c in coded})
+    return ProbeRecords(ts=ts, size=size, rtt_us=rtt, coded=coded)
