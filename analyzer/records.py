@@ -41,6 +41,13 @@ class ProbeRecords:
     def __len__(self) -> int:
         return len(self.ts)
 
+    def subset(self, mask: np.ndarray) -> ProbeRecords:
+        """The rows where mask is true (dictionaries shared, not copied)."""
+        return ProbeRecords(
+            ts=self.ts[mask], size=self.size[mask], rtt_us=self.rtt_us[mask],
+            coded={c: (names, codes[mask]) for c, (names, codes) in self.coded.items()},
+            **{c: v[mask] for c, v in self._values.items() if c not in self.coded})
+
     def _column(self, col: str) -> np.ndarray | None:
         got = self._values.get(col)
         if got is None and col in self.coded:

@@ -191,3 +191,17 @@ def test_agent_with_a_rate_of_zero_is_one_line(capsys):
                  "c/e0,h/n0,127.0.0.1", "--rate", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["netskel: error: agent.probe_rate_hz: must be positive, got 0.0"]
+
+
+def test_windows_in_parallel_time_slices_equal_one_pass():
+    """Slices cut at window boundaries and computed on two threads give the
+    very windows one pass gives, in the same order."""
+    from analyzer.windows import compute_windows_parallel
+
+    rng = np.random.default_rng(4)
+    n = 300_000
+    rec = ProbeRecords(ts=rng.uniform(0, 600, n), src=rng.choice(np.array(["a", "b", "c"], dtype=object), n),
+                       dst=np.array(["d"] * n, dtype=object), size=rng.choice([64, 512], n),
+                       rtt_us=np.where(rng.random(n) < 0.05, np.nan, rng.lognormal(3, 0.5, n)),
+                       proto=np.array(["udp"] * n, dtype=object), route=None)
+    assert compute_windows_parallel(rec, 30.0, parts=3) == compute_windows(rec, 30.0)
