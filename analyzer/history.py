@@ -25,21 +25,33 @@ class Point:
 
 
 class PairHistory:
-    def __init__(self, max_pairs: int = 20000, points_per_pair: int = 600) -> None:
+    """Once `max_pairs` are kept, a new pair takes the place of the one heard
+    from least recently only when that one has been silent for `stale_s`:
+    with more live pairs than room (half a million in a window), evicting on
+    every new pair kept no pair's chart and cost a second per window; this
+    way the kept pairs keep their charts and the rest are not recorded."""
+
+    def __init__(self, max_pairs: int = 20000, points_per_pair: int = 600,
+                 stale_s: float = 600.0) -> None:
         self.max_pairs = max_pairs
         self.points_per_pair = points_per_pair
+        self.stale_s = stale_s
         self._by_pair: OrderedDict[Pair, deque[Point]] = OrderedDict()
 
     def record(self, windows: Iterable[WindowStats]) -> None:
+        by_pair = self._by_pair
         for w in windows:
             key = pair_key(w.src, w.dst)
-            d = self._by_pair.get(key)
+            d = by_pair.get(key)
             if d is None:
-                d = self._by_pair[key] = deque(maxlen=self.points_per_pair)
-                if len(self._by_pair) > self.max_pairs:
-                    self._by_pair.popitem(last=False)  # the pair heard from least recently
+                if len(by_pair) >= self.max_pairs:
+                    oldest = by_pair[next(iter(by_pair))]
+                    if oldest and oldest[-1].start > w.window_start - self.stale_s:
+                        continue  # full of live pairs: this one is not charted
+                    by_pair.popitem(last=False)  # the pair heard from least recently
+                d = by_pair[key] = deque(maxlen=self.points_per_pair)
             else:
-                self._by_pair.move_to_end(key)
+                by_pair.move_to_end(key)
             d.append(Point(w.window_start, w.size, w.rtt_median, w.rtt_p75, w.sent, w.lost, w.src))
 
     def points(self, pair: Pair, since: float = 0.0) -> list[Point]:

@@ -407,3 +407,24 @@ def test_short_windows_need_twenty_seconds_of_slowness(engine, slow_windows, ope
     assert bool(changed) == opens
     if opens:
         assert changed[-1].symptom == "latency" and changed[-1].start == T0 + 6 * w
+
+
+def test_chart_history_keeps_its_pairs_when_more_pairs_are_live_than_it_holds():
+    """More live pairs than room: the kept pairs keep their charts (no
+    churn); a kept pair silent for longer than stale_s makes room."""
+    from analyzer.history import PairHistory
+
+    h = PairHistory(max_pairs=3, points_per_pair=10, stale_s=100.0)
+    pairs = [(f"a{i}", f"b{i}") for i in range(5)]
+
+    def window(i: int, t: float) -> WindowStats:
+        return WindowStats(pairs[i][0], pairs[i][1], t, t + W, 64, 10, 0, 1, 2, 3, 4, 3, 1, 5)
+
+    for k in range(3):
+        h.record(window(i, T0 + k * W) for i in range(5))
+    assert [len(h.points(p)) for p in pairs] == [3, 3, 3, 0, 0]
+    # Pair 0 falls silent; once it has been for stale_s, pair 3 takes its place.
+    for k in range(3, 8):
+        h.record(window(i, T0 + k * W) for i in (1, 2, 3, 4))
+    assert pairs[0] not in h and len(h.points(pairs[3])) == 2  # from k = 6: silent 120 s
+    assert [len(h.points(p)) for p in pairs[1:3]] == [8, 8]
