@@ -51,9 +51,68 @@ def serve(ip: str, port: int) -> None:
     r.close()
 
 
-def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool) -> None:
-    """Child mode, inside namespace A: `count` replies at 100/s, as JSON."""
+class Capture:
+    """The wire reference: every packet of our probe port on the veth, with
+    the kernel's capture time (an AF_PACKET socket, as tcpdump uses: the
+    time a probe leaves for the driver and a reply arrives from it). A
+    probe's wire RTT is its reply's arrival minus its departure minus the
+    responder's dwell, which the reply carries."""
+
+    def __init__(self, ifname: str, port: int) -> None:
+        import socket
+
+        self.port = port
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        self.sock.bind((ifname, 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 1)
+        self.sock.settimeout(0.1)
+        self.out: dict[int, int] = {}
+        self.back: dict[int, tuple[int, int]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import socket
+        import struct
+
+        from probe_agent import wire
+
+        while not self.stop.is_set():
+            try:
+                data, anc, _flags, addr = self.sock.recvmsg(4096, socket.CMSG_SPACE(16))
+            except (TimeoutError, OSError):
+                continue
+            stamp = next((struct.unpack("@qq", p[:16]) for lvl, kind, p in anc
+                          if lvl == socket.SOL_SOCKET and len(p) >= 16), None)
+            if stamp is None or len(data) < 42 or data[12:14] != b"\x08\x00" or data[23] != 17:
+                continue
+            ihl = (data[14] & 0x0F) * 4
+            sport, dport = struct.unpack("!HH", data[14 + ihl:18 + ihl])
+            head = wire.header(data[22 + ihl:])
+            if head is None:
+                continue
+            t = stamp[0] * 1_000_000_000 + stamp[1]
+            if head.kind == wire.KIND_PROBE and dport == self.port:
+                self.out.setdefault(head.seq, t)
+            elif head.kind == wire.KIND_REPLY and sport == self.port:
+                self.back.setdefault(head.seq, (t, head.dwell_ns))
+
+    def rtts_us(self) -> list[float]:
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
+        return [(self.back[s][0] - t - self.back[s][1]) / 1e3
+                for s, t in sorted(self.out.items()) if s in self.back]
+
+
+def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool,
+          ifname: str = "") -> None:
+    """Child mode, inside namespace A: `count` replies at 100/s, as JSON
+    (with the capture reference on `ifname` when given)."""
     from probe_agent.udp import Prober, ProbeTarget
+
+    cap = Capture(ifname, port) if ifname else None
 
     rtts: list[float] = []
     stamps: list[str] = []
@@ -75,7 +134,8 @@ def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool) -> N
     t.join()
     stamps.append(p.timestamping)
     p.close()
-    print(json.dumps({"rtts": rtts[:count], "timestamping": stamps[0]}))
+    wire_rtts = cap.rtts_us() if cap is not None else []
+    print(json.dumps({"rtts": rtts[:count], "timestamping": stamps[0], "wire": wire_rtts[:count]}))
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -89,14 +149,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--serve", nargs=2, metavar=("IP", "PORT"), help=argparse.SUPPRESS)
-    ap.add_argument("--probe", nargs=5, metavar=("SRC", "DST", "PORT", "N", "KTX"),
+    ap.add_argument("--probe", nargs=6, metavar=("SRC", "DST", "PORT", "N", "KTX", "IF"),
                     help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
         serve(a.serve[0], int(a.serve[1]))
         return
     if a.probe:
-        probe(a.probe[0], a.probe[1], int(a.probe[2]), int(a.probe[3]), a.probe[4] == "1")
+        probe(a.probe[0], a.probe[1], int(a.probe[2]), int(a.probe[3]), a.probe[4] == "1",
+              a.probe[5] if a.probe[5] != "-" else "")
         return
 
     from testbed.sh import Created, run
@@ -123,6 +184,7 @@ def main() -> None:
             agent: list[float] = []
             ping: list[float] = []
             pinglike: list[float] = []
+            wire_ref: list[float] = []
             mode = ""
             rounds = []
             for _ in range(a.rounds):
@@ -130,21 +192,25 @@ def main() -> None:
                           "-c", str(a.count), "-i", "0.01", "-s", "56", ADDR_B)
                 p = [float(x) * 1000 for x in PING_RTT.findall(out)]
                 got = json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
-                                     "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count), "1"))
+                                     "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count), "1",
+                                     f"{tag}x"))
                 mode = got["timestamping"]
                 ours = got["rtts"]
                 like = json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
                                       "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count),
-                                      "0"))["rtts"]
+                                      "0", "-"))["rtts"]
                 ping += p
                 agent += ours
                 pinglike += like
+                wire_ref += got["wire"]
                 rounds.append({"ping_median_us": round(_pct(p, 50), 1),
                                "agent_median_us": round(_pct(ours, 50), 1),
                                "agent_user_send_median_us": round(_pct(like, 50), 1),
                                "ping_p99_us": round(_pct(p, 99), 1),
                                "agent_p99_us": round(_pct(ours, 99), 1),
                                "agent_user_send_p99_us": round(_pct(like, 99), 1),
+                               "wire_median_us": round(_pct(got["wire"], 50), 1),
+                               "wire_p99_us": round(_pct(got["wire"], 99), 1),
                                "ping_n": len(p), "agent_n": len(ours)})
                 print(json.dumps(rounds[-1]), file=sys.stderr)
         finally:
@@ -164,6 +230,10 @@ def main() -> None:
            "agent_user_send_p99_us": round(_pct(pinglike, 99), 1),
            "agent_min_us": round(min(agent, default=float("nan")), 1),
            "ping_min_us": round(min(ping, default=float("nan")), 1)}
+    # The packet-capture reference on the prober's own veth, same probes.
+    res["wire_median_us"] = round(_pct(wire_ref, 50), 1)
+    res["wire_p99_us"] = round(_pct(wire_ref, 99), 1)
+    res["agent_vs_wire_median_gap_us"] = round(res["agent_median_us"] - res["wire_median_us"], 1)
     res["median_gap_us"] = round(res["agent_median_us"] - res["ping_median_us"], 1)
     res["p99_gap_us"] = round(res["agent_p99_us"] - res["ping_p99_us"], 1)
     res["goal_met"] = abs(res["median_gap_us"]) <= 5 and abs(res["p99_gap_us"]) <= 20
