@@ -11,7 +11,10 @@ one send and one receive through the socket layer; ours should sit on it.
     python bench/fidelity.py [--rounds 3] [--count 200]
 
 Prints per-round figures, then one JSON line with agent_median_us,
-ping_median_us, agent_p99_us, ping_p99_us (all rounds pooled).
+ping_median_us, agent_p99_us, ping_p99_us (all rounds pooled), and the
+packet-capture reference: our probes as an AF_PACKET socket on the
+prober's veth sees them leave and their replies arrive (wire_median_us,
+wire_p99_us, agent_vs_wire_median_gap_us).
 Goal (issue 16): agent median within 5 us of ping's, p99 within 20 us.
 Needs root (namespaces).
 """
