@@ -312,3 +312,22 @@ def test_stages_cut_per_rail_so_one_rail_noise_does_not_veto_the_split():
     got = split_stages(offset, rail)
     assert got.labels.max() == 3
     np.testing.assert_array_equal(got.labels, stage)
+
+
+@pytest.mark.parametrize("equal", [True, False])
+def test_endpoint_time_order_matches_a_lexsort_of_shuffled_rows(equal):
+    """Rows out of order within some endpoints (equal run lengths take the
+    2-D path, unequal ones the per-run sorts): the order is by endpoint,
+    then time, exactly as np.lexsort gives it."""
+    from controller.skeleton import _endpoint_time_order
+
+    rng = np.random.default_rng(7)
+    counts = np.full(50, 40) if equal else rng.integers(2, 80, 50)
+    code = np.repeat(np.arange(50), counts)
+    ts = np.concatenate([np.sort(rng.uniform(0, 100, c)) for c in counts])
+    mess = rng.permutation(len(code))
+    code, ts = code[mess], ts[mess]
+    order, t = _endpoint_time_order(code, ts, np.bincount(code, minlength=50))
+    ref = np.lexsort((ts, code))
+    np.testing.assert_array_equal(order, ref)
+    np.testing.assert_array_equal(t, ts[ref])
