@@ -480,6 +480,10 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                     t = transfer_scores(prev, nxt, ntx, nrx, rail_of)
                     excluded = _near_assignments(t, cols, 2 * TRANSFER_MARGIN)
                     near = [np.intersect1d(a, b) for a, b in zip(near, excluded, strict=True)]
+            extra = sum(len(x) - 1 for x in near)
+            if extra:
+                notes.append(f"rails {list(key)}: stages {s - 1}/{s}: kept {extra} alternative "
+                             "partner(s) the evidence could not exclude")
             for i, close in enumerate(near):
                 chunks.extend(_same_rail_cross([prev[i]], [nxt[x] for x in close], rail_of))
             chains = [chains[i] + [nxt[j]] for i, j in zip(rows, cols, strict=True)]
@@ -600,7 +604,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx, resolved)
         chunks.extend(more)
         notes.extend(chain_notes)
-        widened = bool(chain_notes)  # each note is a boundary whose partners stayed unknown
+        widened = bool(chain_notes)  # each note is a boundary whose partners stayed open
     if n % (tp * pp):
         notes.append(f"{n} endpoints do not divide into tp={tp} x pp={pp}")
     dp = max(1, n // (tp * pp))
