@@ -3,12 +3,14 @@
 ways that can be made from the development data itself without inventing
 any traffic — coarser sampling (counters are cumulative, so keeping every
 k-th sample is exactly what a slower sampler reads), opaque ids (names
-that carry no rank, host or rail) and fewer traced routes (a route is only
-ever removed, never made up). A method that passes the originals but
+that carry no rank, host or rail), fewer traced routes (a route is only
+ever removed, never made up) and longer recordings (copies of the clean
+recording around a fault one, time-shifted). A method that passes the originals but
 not these copies leans on something the held-out set does not give it.
 
     python bench/variants.py ../shared/data/dev/skeleton OUT [--interval 1.0] [--opaque]
     python bench/variants.py ../shared/data/dev/faults OUT [--routes 0.3] [--opaque]
+        [--clean ../shared/data/dev/faults/dev-fa1_clean_busy --before 1 --after 2]
     python bench/accuracy.py OUT
 
 Writes `OUT/<name>/` in the same layout (topology.json, throughput.parquet
@@ -108,14 +110,35 @@ def drop_routes(table: pa.Table, keep: float, seed: int) -> pa.Table:
     return table.set_column(table.column_names.index("route"), "route", route)
 
 
+def surround(table: pa.Table, truth: dict[str, Any], clean: Path, before: int, after: int
+             ) -> tuple[pa.Table, dict[str, Any]]:
+    """A fault recording with copies of a clean one (same topology) placed
+    before and after it in time: the held-out set's hour-long recordings,
+    where long-term tests run and a fault sits among clean periods."""
+    c = pq.read_table(clean / "probes.parquet")
+    ctr = json.loads((clean / "truth.json").read_text())
+    dur = float(ctr["t_end"]) - float(ctr["t0"])
+    shift = float(truth["t0"]) - float(ctr["t0"])
+    offsets = [shift - (k + 1) * dur for k in range(before)] + \
+              [shift + float(truth["t_end"]) - float(truth["t0"]) + k * dur for k in range(after)]
+    cols = c.column_names
+    parts = [c.set_column(0, "ts", pc.add(c.column("ts"), off)) for off in offsets]
+    truth = dict(truth, t0=float(truth["t0"]) - before * dur,
+                 t_end=float(truth["t_end"]) + after * dur)
+    return pa.concat_tables([*parts, table.select(cols)]), truth
+
+
 def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int,
-         routes: float = 1.0) -> str:
+         routes: float = 1.0, clean: Path | None = None, before: int = 0, after: int = 0
+         ) -> str:
     topology = json.loads((rec / "topology.json").read_text())
     truth = json.loads((rec / "truth.json").read_text())
     data = "throughput.parquet" if (rec / "throughput.parquet").exists() else "probes.parquet"
     table = pq.read_table(rec / data)
     if interval_s and data == "throughput.parquet":
         table = decimate(table, interval_s)
+    if clean is not None and data == "probes.parquet" and (before or after):
+        table, truth = surround(table, truth, clean, before, after)
     if routes < 1.0 and data == "probes.parquet":
         table = drop_routes(table, routes, seed)
     if opaque:
@@ -142,11 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--opaque", action="store_true", help="replace every id by a hash")
     ap.add_argument("--routes", type=float, default=1.0,
                     help="share of probe pairs whose routes are kept (0: none)")
+    ap.add_argument("--clean", type=Path, help="a clean recording of the same topology ...")
+    ap.add_argument("--before", type=int, default=0, help="... copies of it placed before")
+    ap.add_argument("--after", type=int, default=0, help="... and after each fault recording")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     recs = ([args.src] if (args.src / "truth.json").exists()
             else sorted(p for p in args.src.iterdir() if (p / "truth.json").exists()))
-    made = [make(r, args.out, args.interval, args.opaque, args.seed, args.routes) for r in recs]
+    made = [make(r, args.out, args.interval, args.opaque, args.seed, args.routes, args.clean,
+                 args.before, args.after) for r in recs]
     print(json.dumps({"made": made, "interval_s": args.interval, "opaque": args.opaque,
                       "routes": args.routes}))
     return 0
