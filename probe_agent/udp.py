@@ -217,7 +217,7 @@ class Prober:
         # kernel_tx False: the send stamp is user time before sendto, as
         # ping's is (bench/fidelity.py compares the two definitions).
         self.kernel_tx = kernel_tx
-        opened = {ep: _open(ip, 0) for ep, ip in sources.items()}
+        opened = {ep: _open(ip, 0, tx=kernel_tx) for ep, ip in sources.items()}
         self.sockets = {ep: sock for ep, (sock, _) in opened.items()}
         self.kernel_stamps = all(stamped for _, stamped in opened.values())
         self.sizes = sizes

@@ -190,3 +190,24 @@ def test_probe_buffer_rewritten_in_place_reads_back_as_the_same_probe():
     assert wire.reply_fields(bytes(buf)) is None  # a probe is not a reply
     assert wire.reply_fields(reply[:-1]) is None  # cut
     assert wire.reply_fields(b"x" * 64) is None
+
+
+def test_prober_with_user_send_stamps_asks_for_no_kernel_send_stamps():
+    """Prober(kernel_tx=False) (ping's definition, bench/fidelity.py) never
+    reads its error queue, so its sockets must not ask for send stamps: a
+    queue that only fills keeps the socket readable and the prober spinning
+    (it burnt a whole core and lost replies before)."""
+    import socket
+
+    from probe_agent.udp import _TX_HARDWARE, _TX_SOFTWARE, SO_TIMESTAMPING, Prober
+
+    for kernel_tx in (True, False):
+        p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, 10.0, 1.0, lambda *a: None,
+                   lambda *a: None, kernel_tx=kernel_tx)
+        try:
+            if not p.kernel_stamps:
+                pytest.skip("no SO_TIMESTAMPING on this kernel")
+            flags = p.sockets["a"].getsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING)
+            assert bool(flags & (_TX_SOFTWARE | _TX_HARDWARE)) is kernel_tx
+        finally:
+            p.close()
