@@ -11,6 +11,16 @@ from netskel.topology import Topology
 _HEX = set("0123456789abcdefABCDEF")
 
 
+def gid_bytes(gid: str) -> bytes:
+    """A GID string (8 groups of 4 hex digits, as pyverbs prints one) as its
+    16 raw bytes; ValueError for anything else. The controller checks
+    registrations with it and the agent packs GIDs into probes with it."""
+    groups = gid.split(":")
+    if len(groups) != 8 or not all(len(g) == 4 and all(c in _HEX for c in g) for g in groups):
+        raise ValueError(f"not a GID: {gid!r}")
+    return bytes.fromhex("".join(groups))
+
+
 @dataclass(frozen=True)
 class RegEndpoint:
     id: str
@@ -79,9 +89,11 @@ def validate_registration(reg: Registration, topo: Topology, owners: Mapping[str
             raise InputError(f"registration of '{reg.container}': endpoint '{e.id}' has no "
                              "overlay address")
         if e.rdma_qpn or e.rdma_gid:
-            groups = e.rdma_gid.split(":")
-            if (len(groups) != 8 or not all(len(g) == 4 and all(c in _HEX for c in g)
-                                            for g in groups)
-                    or not 0 < e.rdma_qpn < 1 << 24):
+            try:
+                gid_bytes(e.rdma_gid)
+                good = 0 < e.rdma_qpn < 1 << 24
+            except ValueError:
+                good = False
+            if not good:
                 raise InputError(f"registration of '{reg.container}': endpoint '{e.id}' has a "
                                  f"bad RDMA address (GID '{e.rdma_gid}', QPN {e.rdma_qpn})")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.registration import gid_bytes
 from probe_agent import wire
 
 log = logging.getLogger(__name__)
@@ -93,14 +94,6 @@ def device_of_interface(ifname: str, sys_net: Path = Path("/sys/class/net")) -> 
     except OSError:
         pass
     return None
-
-
-def gid_bytes(gid: str) -> bytes:
-    """A GID string (8 groups of 4 hex digits) as its 16 raw bytes."""
-    groups = gid.split(":")
-    if len(groups) != 8 or not all(len(g) == 4 for g in groups):
-        raise ValueError(f"not a GID: {gid!r}")
-    return bytes.fromhex("".join(groups))
 
 
 def gid_str(raw: bytes) -> str:

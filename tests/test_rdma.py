@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from controller.pinglist import Member, MemberEndpoint, Target, build_lists
-from controller.registration import RegEndpoint, Registration, validate_registration
+from controller.registration import RegEndpoint, Registration, gid_bytes, validate_registration
 from netskel import serde
 from netskel.errors import InputError
 from netskel.topology import parse_topology
@@ -20,7 +20,6 @@ from probe_agent.rdma import (
     RdmaPinger,
     device_of_interface,
     flow_label,
-    gid_bytes,
     gid_str,
     rdma_availability,
 )
