@@ -13,13 +13,12 @@ this flow must equal the switch's."""
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
 from netskel.model import VSwitchDump
-from netskel.topology import Rule, Topology
+from netskel.topology import Rule, Topology, rule_network
 
 
 def rule_id(host: str, vni: int, dst: str) -> str:
@@ -44,18 +43,6 @@ def _rule_doc(r: Rule | None) -> dict[str, Any] | None:
     return doc
 
 
-@functools.lru_cache(maxsize=65536)
-def _network(dst: str) -> tuple[Any, str | None] | None:
-    """(the network, its address when it is a single host) of a rule's
-    destination, or None; every host holds rules for the same addresses,
-    so each is parsed once."""
-    try:
-        net = ipaddress.ip_network(dst, strict=False)
-    except ValueError:
-        return None
-    return net, (str(net.network_address) if net.num_addresses == 1 else None)
-
-
 class _Rules:
     """One switch's (or NIC's) rules, looked up by (VNI, address)."""
 
@@ -66,7 +53,7 @@ class _Rules:
         self._unsorted: set[int] = set()  # VNIs whose ranking waits for the next lookup
 
     def add(self, r: Rule) -> None:
-        parsed = _network(r.dst)
+        parsed = rule_network(r.dst)
         if parsed is None:
             return  # an agent's dump is read by the agent; nothing here can use this one
         net, host = parsed

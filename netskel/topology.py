@@ -144,14 +144,17 @@ def _unique(reader: _Reader, seen: dict[str, str], ident: str, where: str) -> No
 
 
 @functools.lru_cache(maxsize=65536)
-def _valid_dst(dst: str) -> bool:
-    """Every host holds rules for the same few hundred addresses: each is
-    parsed once (ipaddress is slow enough to show in `netskel infer`)."""
+def rule_network(dst: str) -> tuple[Any, str | None] | None:
+    """(the network, its address when it is a single host) of a rule's
+    destination, or None when it is neither an address nor a prefix. Every
+    host holds rules for the same few hundred addresses: each is parsed
+    once, for the topology check and the overlay lookups alike (ipaddress is
+    slow enough to show in `netskel infer`)."""
     try:
-        ipaddress.ip_network(dst, strict=False)
+        net = ipaddress.ip_network(dst, strict=False)
     except ValueError:
-        return False
-    return True
+        return None
+    return net, (str(net.network_address) if net.num_addresses == 1 else None)
 
 
 def _rules(reader: _Reader, raw: Any, where: str) -> tuple[Rule, ...]:
@@ -165,7 +168,7 @@ def _rules(reader: _Reader, raw: Any, where: str) -> tuple[Rule, ...]:
         vni = reader.integer(d, "vni", w)
         dst = reader.string(d, "dst", w)
         assert vni is not None and dst is not None
-        if not _valid_dst(dst):
+        if rule_network(dst) is None:
             raise reader.fail(f"{w}.dst", f"'{dst}' is not an address or a CIDR prefix")
         to = reader.string(d, "to", w, required=action in ("tunnel", "deliver"))
         priority = d.get("priority", 0)
