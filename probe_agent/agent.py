@@ -27,7 +27,7 @@ from netskel.model import CounterSample, VSwitchDump, WindowStats
 from netskel.security import Security, channel
 from probe_agent import check, counters, trace, vswitch, wire
 from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
-from probe_agent.udp import Prober, ProbeTarget, Responder
+from probe_agent.udp import Prober, ProbeTarget, ReplyHook, Responder, SentHook
 from probe_agent.window import WindowAccumulator
 
 log = logging.getLogger(__name__)
@@ -90,13 +90,13 @@ class Agent:
         self._acc_lock = threading.Lock()
         self.acc = WindowAccumulator(self.window_s, cfg.probe_timeout_s)
         self.prober = Prober({e.id: e.ip for e in self.endpoints}, sizes, cfg.probe_rate_hz,
-                             cfg.probe_timeout_s, self._on_sent, self._on_reply)
+                             cfg.probe_timeout_s, *self._recorders(self.acc))
         # RDMA where the endpoint's interface has a device (UD queue pairs,
         # probe_agent/rdma.py); every other endpoint and target stays on UDP.
         self.rdma_acc = WindowAccumulator(self.window_s, cfg.probe_timeout_s, proto="rdma")
         pingers, addresses, self.rdma_note = ({}, {}, "off by configuration") if cfg.rdma == "off" \
-            else open_pingers({e.id: e.ifname for e in self.endpoints}, self._on_rdma_sent,
-                              self._on_rdma_reply, max(cfg.sizes))
+            else open_pingers({e.id: e.ifname for e in self.endpoints},
+                              *self._recorders(self.rdma_acc), max(cfg.sizes))
         self.rdma = RdmaProber(pingers, cfg.probe_rate_hz, sizes, cfg.probe_timeout_s)
         self.endpoints = tuple(dataclasses.replace(e, rdma_gid=addresses[e.id].gid,
                                                    rdma_qpn=addresses[e.id].qpn)
@@ -113,21 +113,18 @@ class Agent:
         self._threads: list[threading.Thread] = []
 
     # -- probe bookkeeping --------------------------------------------------
-    def _on_sent(self, src: str, dst: str, size: int, t: float) -> None:
-        with self._acc_lock:
-            self.acc.sent(src, dst, size, t)
+    def _recorders(self, acc: WindowAccumulator) -> tuple[SentHook, ReplyHook]:
+        """A prober's hooks into one accumulator (UDP's or RDMA's), under the
+        lock the window loop closes them with."""
+        def sent(src: str, dst: str, size: int, t: float) -> None:
+            with self._acc_lock:
+                acc.sent(src, dst, size, t)
 
-    def _on_reply(self, src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
-        with self._acc_lock:
-            self.acc.replied(src, dst, size, t, rtt_us)
+        def replied(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+            with self._acc_lock:
+                acc.replied(src, dst, size, t, rtt_us)
 
-    def _on_rdma_sent(self, src: str, dst: str, size: int, t: float) -> None:
-        with self._acc_lock:
-            self.rdma_acc.sent(src, dst, size, t)
-
-    def _on_rdma_reply(self, src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
-        with self._acc_lock:
-            self.rdma_acc.replied(src, dst, size, t, rtt_us)
+        return sent, replied
 
     def _enqueue(self, report: pb.AgentReport) -> None:
         while True:
