@@ -88,15 +88,14 @@ class Agent:
                                     else None) for e in self.endpoints}
         self.sizes = sizes
         self._acc_lock = threading.Lock()
-        self.acc = WindowAccumulator(self.window_s, cfg.probe_timeout_s)
+        self.accs = self._accumulators()  # by proto: the probers' window statistics
         self.prober = Prober({e.id: e.ip for e in self.endpoints}, sizes, cfg.probe_rate_hz,
-                             cfg.probe_timeout_s, *self._recorders(self.acc))
+                             cfg.probe_timeout_s, *self._recorders("udp"))
         # RDMA where the endpoint's interface has a device (UD queue pairs,
         # probe_agent/rdma.py); every other endpoint and target stays on UDP.
-        self.rdma_acc = WindowAccumulator(self.window_s, cfg.probe_timeout_s, proto="rdma")
         pingers, addresses, self.rdma_note = ({}, {}, "off by configuration") if cfg.rdma == "off" \
             else open_pingers({e.id: e.ifname for e in self.endpoints},
-                              *self._recorders(self.rdma_acc), max(cfg.sizes))
+                              *self._recorders("rdma"), max(cfg.sizes))
         self.rdma = RdmaProber(pingers, cfg.probe_rate_hz, sizes, cfg.probe_timeout_s)
         self.endpoints = tuple(dataclasses.replace(e, rdma_gid=addresses[e.id].gid,
                                                    rdma_qpn=addresses[e.id].qpn)
@@ -113,16 +112,21 @@ class Agent:
         self._threads: list[threading.Thread] = []
 
     # -- probe bookkeeping --------------------------------------------------
-    def _recorders(self, acc: WindowAccumulator) -> tuple[SentHook, ReplyHook]:
-        """A prober's hooks into one accumulator (UDP's or RDMA's), under the
-        lock the window loop closes them with."""
+    def _accumulators(self) -> dict[str, WindowAccumulator]:
+        return {p: WindowAccumulator(self.window_s, self.cfg.probe_timeout_s, proto=p)
+                for p in ("udp", "rdma")}
+
+    def _recorders(self, proto: str) -> tuple[SentHook, ReplyHook]:
+        """A prober's hooks into its protocol's accumulator, looked up at each
+        call (registration replaces the accumulators when the controller sets
+        the window length), under the lock the window loop closes them with."""
         def sent(src: str, dst: str, size: int, t: float) -> None:
             with self._acc_lock:
-                acc.sent(src, dst, size, t)
+                self.accs[proto].sent(src, dst, size, t)
 
         def replied(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
             with self._acc_lock:
-                acc.replied(src, dst, size, t, rtt_us)
+                self.accs[proto].replied(src, dst, size, t, rtt_us)
 
         return sent, replied
 
@@ -140,7 +144,7 @@ class Agent:
     def _close_windows(self) -> list[WindowStats]:
         with self._acc_lock:
             now = time.time()
-            done = self.acc.close(now) + self.rdma_acc.close(now)
+            done = [w for acc in self.accs.values() for w in acc.close(now)]
         routes = self.routes
         return [dataclasses.replace(w, route=routes.get((w.src, w.dst), "")) for w in done]
 
@@ -285,7 +289,7 @@ class Agent:
             if resp.window_seconds and resp.window_seconds != self.window_s:
                 self.window_s = float(resp.window_seconds)
                 with self._acc_lock:
-                    self.acc = WindowAccumulator(self.window_s, self.cfg.probe_timeout_s)
+                    self.accs = self._accumulators()
         end = threading.Event()
         watch = stub.WatchPingList(pb.WatchPingListRequest(container=self.cfg.container))
 
