@@ -44,6 +44,7 @@ class Groups:
 
 
 PRIOR_PROBES = 10_000.0  # pseudo-probes at the floor rate a loss baseline starts from
+TAIL_PRIOR = 30.0  # ... and a slow-tail baseline: about one window, so history rules
 
 
 def healthy_rate(hist_sent: np.ndarray, hist_lost: np.ndarray, floor: float,
@@ -105,18 +106,18 @@ class Carry:
 def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
                 hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
                 max_groups: int = 64,
-                prior_probes: float = PRIOR_PROBES) -> np.ndarray:
+                prior_probes: float = PRIOR_PROBES, margin: float = 0.0) -> np.ndarray:
     """Rows hit by a significant pooled loss (see pooled_loss_carried), with
     no carry."""
     return pooled_loss_carried(g, sent, lost, hist_sent, hist_lost, floor, alpha, min_lost,
-                               max_groups, prior_probes)[0]
+                               max_groups, prior_probes, margin=margin)[0]
 
 
 def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
                         hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
                         max_groups: int = 64, prior_probes: float = PRIOR_PROBES,
-                        carry: Carry | None = None, near_alpha: float = 0.0
-                        ) -> tuple[np.ndarray, np.ndarray, Carry]:
+                        carry: Carry | None = None, near_alpha: float = 0.0,
+                        margin: float = 0.0) -> tuple[np.ndarray, np.ndarray, Carry]:
     """(rows hit, rows in suspicious groups, the carry for the next window).
 
     Rows with losses in a group whose pooled loss is significant. 1 % loss
@@ -134,7 +135,9 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     member = np.repeat(np.arange(len(sent)), np.diff(g.indptr))
     h_sent = np.bincount(g.codes, weights=hist_sent[member], minlength=g.count)
     h_lost = np.bincount(g.codes, weights=hist_lost[member], minlength=g.count)
-    rate = healthy_rate(h_sent, h_lost, floor, prior_probes)
+    # margin: the rate must rise this much above the healthy one to count
+    # (events that come in runs, like a slow flow's probes, are overdispersed).
+    rate = np.minimum(1.0, healthy_rate(h_sent, h_lost, floor, prior_probes) + margin)
     sent_w = sent.astype(np.float64)
     lost_w = lost.astype(np.float64).copy()
     hit = np.zeros(len(sent), dtype=bool)
@@ -199,6 +202,7 @@ class Observation:
     loss_p: np.ndarray
     loss_baseline: np.ndarray
     ref_median: np.ndarray   # the row's typical median RTT, NaN without history
+    tail: np.ndarray | None = None  # bool: the slow tail grew (part of `latency`)
 
 
 @dataclass
@@ -222,6 +226,8 @@ class Detector:
         self.hsent = np.zeros((0, h), dtype=np.int64)
         self.hlost = np.zeros((0, h), dtype=np.int64)
         self.hpos = np.zeros(0, dtype=np.int64)
+        self.hrecv = np.zeros((0, h), dtype=np.int64)  # received and slow-tail probes
+        self.hslow = np.zeros((0, h), dtype=np.int64)
         # Drift: medians of the current period, and the reference fit.
         self.slots = 0
         self.period = np.zeros(0, dtype=np.int64)
@@ -230,6 +236,7 @@ class Detector:
         self.ref_mu = np.zeros(0)
         self.ref_sigma = np.zeros(0)
         self.carry: Carry | None = None  # suspicious loss groups' last window
+        self.tail_carry: Carry | None = None  # ... and slow-tail groups'
 
     # -- rows -----------------------------------------------------------------
     def rows_for(self, keys: list[RowKey]) -> np.ndarray:
@@ -254,6 +261,7 @@ class Detector:
             return np.concatenate([a, np.full((extra, *a.shape[1:]), fill, dtype=a.dtype)])
         self.hist, self.hvalid = pad(self.hist, np.nan), pad(self.hvalid, False)
         self.hsent, self.hlost, self.hpos = pad(self.hsent, 0), pad(self.hlost, 0), pad(self.hpos, 0)
+        self.hrecv, self.hslow = pad(self.hrecv, 0), pad(self.hslow, 0)
         self.period, self.pvals, self.pn = pad(self.period, -1), pad(self.pvals, np.nan), pad(self.pn, 0)
         self.ref_mu, self.ref_sigma = pad(self.ref_mu, np.nan), pad(self.ref_sigma, np.nan)
         self._cap = cap
@@ -309,7 +317,8 @@ class Detector:
 
     def observe(self, rows: np.ndarray, stats: np.ndarray, sent: np.ndarray, lost: np.ndarray,
                 window_start: float, window_end: float, groups: Groups | None = None,
-                held: np.ndarray | None = None) -> tuple[Observation, DriftReport | None]:
+                held: np.ndarray | None = None, slow: np.ndarray | None = None
+                ) -> tuple[Observation, DriftReport | None]:
         """rows (N,) unique; stats (N, 7) in STATS order, NaN when all probes
         were lost; groups: which pooled loss groups each row belongs to;
         held: rows an open loss incident holds, whose windows must not teach
@@ -352,6 +361,26 @@ class Detector:
             latency[cand] = (res.score > cfg.lof_threshold) & res.outside
         with np.errstate(invalid="ignore"):  # p25 up too: >= 3/4 of the window was slow
             sustained = latency & (stats[:, P25] - ref_p25 >= need)
+        # The slow tail: one slow path among a pair's flows leaves its median
+        # and p25 where they were, while a quarter of its probes are late.
+        # Tested like loss (the tail is the event, received probes the
+        # trials), pooled per pair and per link every path of the pair
+        # crosses, against the row's own healthy tail share.
+        # Unlike loss, a healthy path's tail share is its own (jitter, spikes):
+        # only rows with a history are tested, and their history, not a
+        # prior at the floor, sets the rate.
+        received = np.maximum(sent - lost, 0)
+        tail = np.zeros(len(rows), dtype=bool)
+        if slow is not None and groups is not None:
+            slow = np.minimum(np.asarray(slow, dtype=np.int64), received)
+            known = (self.hrecv[rows] > 0).sum(axis=1) >= cfg.lof_min_history
+            tail, tail_suspect, self.tail_carry = pooled_loss_carried(
+                groups, np.where(known, received, 0), np.where(known, slow, 0),
+                self.hrecv[rows].sum(axis=1), self.hslow[rows].sum(axis=1), cfg.tail_floor,
+                alpha, cfg.loss_min_lost, prior_probes=TAIL_PRIOR, carry=self.tail_carry,
+                near_alpha=cfg.loss_near_alpha, margin=cfg.tail_margin)
+            suspect |= tail_suspect
+            latency |= tail
         # Healthy windows join the history (a ring of the last H).
         # Near-significant rows stay out too: a slow loss must not become the baseline.
         near = (lost >= cfg.loss_min_lost) & (loss_p < cfg.loss_near_alpha)
@@ -364,11 +393,14 @@ class Detector:
         self.hist[hr, pos] = np.where(has_rtt[healthy, None], stats[healthy], np.nan)
         self.hvalid[hr, pos] = has_rtt[healthy]
         self.hsent[hr, pos], self.hlost[hr, pos] = sent[healthy], lost[healthy]
+        self.hrecv[hr, pos] = received[healthy]
+        self.hslow[hr, pos] = 0 if slow is None else slow[healthy]
         self.hpos[hr] = (pos + 1) % self.hist.shape[1]
         drift = self._drift(rows, stats[:, MEDIAN], has_rtt & healthy, window_start, window_end)
         return Observation(latency=latency, sustained=sustained, loss=loss,
                            unreachable=unreachable, lof=lof,
-                           loss_p=loss_p, loss_baseline=base, ref_median=ref_med), drift
+                           loss_p=loss_p, loss_baseline=base, ref_median=ref_med,
+                           tail=tail), drift
 
     def _drift(self, rows: np.ndarray, medians: np.ndarray, ok: np.ndarray, start: float,
                end: float) -> DriftReport | None:

@@ -502,8 +502,9 @@ class Analyzer:
         lost = np.fromiter((w.lost for w in windows), dtype=np.int64, count=len(windows))
         groups = self._loss_groups(rows)
         pid = self._row_pair[rows]
+        slow = np.fromiter((w.slow for w in windows), dtype=np.int64, count=len(windows))
         obs, drift = self.detector.observe(rows, stats, sent, lost, start, end, groups,
-                                           held=self._held_by_loss(pid))
+                                           held=self._held_by_loss(pid), slow=slow)
         flagged = np.flatnonzero(obs.latency | obs.loss | obs.unreachable)
         bad_pairs = unique(pid[flagged])
         anomalous: dict[Pair, str] = {}
@@ -529,10 +530,10 @@ class Analyzer:
                 anomalous[pair] = "loss"
                 evidence[pair] = {"lossy_links": ev}
                 bad_pairs = np.union1d(bad_pairs, [self._pair_id[pair]])
-        for pair, slow in self._slow_routes().items():
+        for pair, slow_routes in self._slow_routes().items():
             if pair not in anomalous:
                 anomalous[pair] = "latency"
-                evidence[pair] = {"routes": slow}
+                evidence[pair] = {"routes": slow_routes}
                 bad_pairs = np.union1d(bad_pairs, [self._pair_id[pair]])
         seen_ids = unique(pid)
         self._seen.append(_Seen(start, end, seen_ids, {int(x) for x in bad_pairs}))
@@ -554,6 +555,8 @@ class Analyzer:
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
                                               strong, counts)
+        else:  # a quiet window ends every streak: persistence means windows in a row
+            self._streak.clear()
         if drift is not None:
             changed += self._drift_incidents(drift)
         return changed
@@ -698,8 +701,12 @@ class Analyzer:
                 continue
             seen_keys.add(key)
             count, first = streaks.get(key, (0, start))
-            # A window slow for most of its length is persistence enough on its own.
-            count += 2 if f.symptom == "latency" and any(p in strong for p in f.pairs) else 1
+            # A window slow for most of its length counts twice when it starts
+            # the streak. After a window with only a slow tail it counts once:
+            # a tail then a slow window can be two short congestions of one
+            # switch, and each of them is benign.
+            count += 2 if (count == 0 and f.symptom == "latency"
+                           and any(p in strong for p in f.pairs)) else 1
             streaks[key] = (count, first)
             # A finding nothing explains (an endpoint guess) is weak evidence:
             # it must hold a window longer than what it guesses about.
@@ -972,8 +979,12 @@ def _window_evidence(w: WindowStats, obs: Observation, i: int) -> dict[str, obje
         ev["usual_median_us"] = round(float(obs.ref_median[i]), 1)
     if np.isfinite(obs.lof[i]):
         ev["lof"] = round(float(obs.lof[i]), 2)
+    if w.slow:
+        ev["slow_tail"] = w.slow  # probes >= 20 us above the window's own p25
     flags = [n for n, a in (("loss", obs.loss), ("latency", obs.latency),
                             ("unreachable", obs.unreachable)) if a[i]]
+    if obs.tail is not None and obs.tail[i]:
+        flags.append("slow_tail")
     if flags:
         ev["anomalies"] = flags
     return ev

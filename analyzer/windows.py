@@ -12,7 +12,7 @@ import numpy as np
 
 from analyzer.records import ProbeRecords
 from netskel.arrays import unique_rows_inverse
-from netskel.model import RouteStats, WindowStats
+from netskel.model import TAIL_SHIFT_US, RouteStats, WindowStats
 
 QUANTILES = (0.25, 0.5, 0.75)
 
@@ -93,6 +93,12 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
         stats["rtt_max"] = rt[safe_starts + safe_counts - 1]
         for name, q in zip(("rtt_p25", "rtt_median", "rtt_p75"), QUANTILES, strict=True):
             stats[name] = group_quantiles(rt, safe_starts, safe_counts, q)
+        # The slow tail: probes well above their window's own p25 (one slow
+        # path among a pair's flows, while its median stays put).
+        slow = np.bincount(gr, weights=rt >= stats["rtt_p25"][gr] + TAIL_SHIFT_US,
+                           minlength=g).astype(np.int64)
+    else:
+        slow = np.zeros(g, dtype=np.int64)
     routes = np.full(g, "", dtype=object)
     by_route: list[tuple[RouteStats, ...]] = [()] * g
     if rec.has_route:  # a window's traced route: its probes' (the last one seen)
@@ -110,10 +116,11 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
     proto_s = np.asarray(proto_names, dtype=object)[uniq[:, 4]].tolist()
     w0 = (uniq[:, 0] * window_s).tolist()
     w1 = ((uniq[:, 0] + 1) * window_s).tolist()
-    return [WindowStats(a, b, s0, s1, size, n, n - r, mn, p25, med, p75, mean, std, mx, pr, rt, rs)
-            for a, b, s0, s1, size, n, r, mn, p25, med, p75, mean, std, mx, pr, rt, rs
+    return [WindowStats(a, b, s0, s1, size, n, n - r, mn, p25, med, p75, mean, std, mx, pr, rt, rs,
+                        sl)
+            for a, b, s0, s1, size, n, r, mn, p25, med, p75, mean, std, mx, pr, rt, rs, sl
             in zip(src_s, dst_s, w0, w1, uniq[:, 3].tolist(), sent.tolist(), received.tolist(),
-                   *cols, proto_s, routes.tolist(), by_route, strict=True)]
+                   *cols, proto_s, routes.tolist(), by_route, slow.tolist(), strict=True)]
 
 
 # WindowStats' RTT fields in declaration order (after src..lost).

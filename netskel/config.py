@@ -101,6 +101,10 @@ class AnalyzerConfig:
     lof_history_windows: int = 10      # earlier windows a new one is judged against (5 min of 30 s)
     lof_min_history: int = 4           # fewer earlier windows: no latency verdict yet
     lof_threshold: float = 2.0         # LOF above this (and outside the history) is an outlier
+    tail_floor: float = 0.02           # least share of a healthy path's probes >= 20 us above
+    #                                    its window's p25 (spikes; its history may raise it)
+    tail_margin: float = 0.0           # ... and how far above it a window's share must be
+    #                                    (a slow flow's probes come in runs, not one by one)
     latency_min_shift_us: float = 20.0  # the median must rise by at least this much ...
     latency_rel_shift: float = 0.2     # ... and by this fraction of its usual value
     drift_period_s: float = 1800.0     # long-term test period (30 min)

@@ -23,6 +23,9 @@ class RouteStats:
     rtt_median: float = math.nan
 
 
+TAIL_SHIFT_US = 20.0  # a probe this much above its window's own p25 is in the slow tail
+
+
 @dataclass(frozen=True)
 class WindowStats:
     """One probe target, one size class, one window. RTTs in microseconds."""
@@ -44,6 +47,7 @@ class WindowStats:
     proto: str = "udp"
     route: str = ""  # traced forward route (switch ids joined by ">"), "" when unknown
     routes: tuple[RouteStats, ...] = ()  # the probes by traced forward route, when known
+    slow: int = 0  # received probes >= TAIL_SHIFT_US above the window's own p25
 
     def problem(self) -> str | None:
         """Why this window cannot be trusted, or None. Bad windows are dropped
@@ -58,6 +62,8 @@ class WindowStats:
             return "window ends before it starts"
         if self.sent < 0 or self.lost < 0 or self.lost > self.sent:
             return f"impossible counts sent={self.sent} lost={self.lost}"
+        if not 0 <= self.slow <= self.sent - self.lost:
+            return f"impossible slow count {self.slow} of {self.sent - self.lost} received"
         if self.sent == 0:
             return "no probe sent"
         if self.lost < self.sent:

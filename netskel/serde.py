@@ -99,7 +99,7 @@ def check_order_from_pb(m: pb.CheckOrder) -> CheckOrder:
 def window_to_pb(w: WindowStats) -> cpb.WindowStats:
     m = cpb.WindowStats(src=w.src, dst=w.dst, window_start=w.window_start,
                         window_end=w.window_end, size=w.size, sent=w.sent, lost=w.lost,
-                        proto=w.proto, route=w.route,
+                        proto=w.proto, route=w.route, slow=w.slow,
                         routes=[cpb.RouteStats(route=r.route, sent=r.sent, lost=r.lost,
                                                rtt_median=r.rtt_median) for r in w.routes])
     for k in _STATS:
@@ -114,6 +114,7 @@ def window_from_pb(m: cpb.WindowStats) -> WindowStats:
     return WindowStats(src=m.src, dst=m.dst, window_start=m.window_start,
                        window_end=m.window_end, size=m.size, sent=m.sent, lost=m.lost,
                        proto=m.proto or "udp", route=m.route,
+                       slow=min(m.slow, max(0, m.sent - m.lost)),
                        routes=tuple(RouteStats(route=r.route, sent=r.sent, lost=min(r.lost, r.sent),
                                                rtt_median=r.rtt_median if r.lost < r.sent
                                                else math.nan)

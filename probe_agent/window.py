@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from netskel.model import WindowStats
+from netskel.model import TAIL_SHIFT_US, WindowStats
 
 Key = tuple[int, str, str, int]  # (window index, src, dst, size)
 
@@ -36,7 +36,8 @@ def summarize(src: str, dst: str, start: float, end: float, size: int, sent: int
     return WindowStats(src=src, dst=dst, window_start=start, window_end=end, size=size, sent=sent,
                        lost=sent - received, rtt_min=float(r.min()), rtt_p25=float(p25),
                        rtt_median=float(med), rtt_p75=float(p75), rtt_mean=float(r.mean()),
-                       rtt_std=float(r.std()), rtt_max=float(r.max()), proto=proto)
+                       rtt_std=float(r.std()), rtt_max=float(r.max()), proto=proto,
+                       slow=min(received, int(np.count_nonzero(r >= p25 + TAIL_SHIFT_US))))
 
 
 class WindowAccumulator:

@@ -10,7 +10,10 @@ import threading
 import numpy as np
 import pytest
 
+from analyzer.records import ProbeRecords
+from analyzer.windows import compute_windows
 from netskel.errors import InputError
+from netskel.model import TAIL_SHIFT_US
 from probe_agent import wire
 from probe_agent.agent import parse_endpoint, size_classes
 from probe_agent.rdma import rdma_availability
@@ -211,3 +214,23 @@ def test_prober_with_user_send_stamps_asks_for_no_kernel_send_stamps():
             assert bool(flags & (_TX_SOFTWARE | _TX_HARDWARE)) is kernel_tx
         finally:
             p.close()
+
+
+def test_window_counts_its_slow_tail_and_offline_windows_agree():
+    """The agent's windows and `netskel analyze`'s count the same slow tail:
+    probes at least TAIL_SHIFT_US above the window's own p25."""
+    rtts = [20.0] * 9 + [20.0 + TAIL_SHIFT_US + 1] * 3 + [20.0 + TAIL_SHIFT_US - 1]
+    acc = WindowAccumulator(window_s=30, timeout_s=1)
+    for i, r in enumerate(rtts):
+        acc.sent("a", "b", 64, 90.0 + i)
+        acc.replied("a", "b", 64, 90.0 + i, r)
+    acc.sent("a", "b", 64, 119.0)  # lost: not slow
+    (live,) = acc.close(now=200)
+    assert live.slow == 3 and live.problem() is None
+    n = len(rtts) + 1
+    rec = ProbeRecords(ts=90.0 + np.arange(n, dtype=np.float64), size=np.full(n, 64),
+                       rtt_us=np.array(rtts + [np.nan]), src=np.array(["a"] * n, dtype=object),
+                       dst=np.array(["b"] * n, dtype=object),
+                       proto=np.array(["udp"] * n, dtype=object))
+    (off,) = compute_windows(rec, 30.0)
+    assert (off.slow, off.sent, off.lost) == (3, n, 1)

@@ -148,3 +148,12 @@ def test_binomial_and_poisson_tails_agree_with_scipy_stats():
     np.testing.assert_allclose(binom_sf(k, n, p), stats.binom.sf(k, n, p), rtol=1e-9, atol=1e-14)
     np.testing.assert_allclose(binom_cdf(k, n, p), stats.binom.cdf(k, n, p), rtol=1e-9, atol=1e-14)
     np.testing.assert_allclose(poisson_sf(k, mu), stats.poisson.sf(k, mu), rtol=1e-9, atol=1e-14)
+
+
+def test_separate_short_congestions_do_not_add_up(tmp_path):
+    """Three 15 s congestions of one switch minutes apart: each is one slow
+    window, and quiet windows between them end the streak."""
+    faults = [ProbeFault("congestion", t, 15, hosts=(H0,)) for t in (300, 600, 900)]
+    quiet = ProbeNoise(benign_per_hour=0.0, spikes_per_pair_hour=0.0)
+    incidents, _ = analyze(tmp_path, faults, noise=quiet)
+    assert incidents == []

@@ -144,3 +144,33 @@ def test_underlay_fault_under_real_tables_is_still_its_link(tmp_path, tables):
     pq.write_table(table, tmp_path / "p.parquet")
     incidents = analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"]
     assert named(incidents) == [("link", SPINE_LINK, "underlay")]
+
+
+UNTRACED = ProbeNoise(traced_share=0.0)
+
+
+def test_slow_path_without_routes_is_found(tmp_path):
+    """+100 us on one spine link and no flow traced: the pairs' medians stay
+    put (one path of two is slow), only their slow tail grows. It must be
+    one incident over the affected pairs from the fault's start; which spine
+    link cannot be known without routes, and the confidence says so."""
+    fault = ProbeFault("step", START, magnitude=100, link=link(LAY.tor(0, 1), LAY.spine(1)))
+    incidents, truth = run(tmp_path, [fault], noise=UNTRACED)
+    assert len(incidents) == 1, [(i["component"], i["start"] - T0) for i in incidents]
+    inc = incidents[0]
+    affected = {tuple(sorted(p)) for p in truth.affected[0]}
+    assert {tuple(p) for p in inc["pairs"]} <= affected
+    assert 2 * len(inc["pairs"]) >= len(affected)
+    assert START - 30 <= inc["start"] - T0 <= START + 30
+    assert inc["symptom"] == "latency" and inc["layer"] == "underlay"
+    assert inc["confidence"] <= 0.5
+    assert any("slow_tail" in size.get("anomalies", [])
+               for w in inc["evidence"]["windows"].values() for size in w.values())
+
+
+def test_untraced_noise_raises_nothing(tmp_path):
+    """The same benign noise (congestion, spikes) with no route known."""
+    incidents, truth = run(tmp_path, [], seconds=1200.0,
+                           noise=ProbeNoise(traced_share=0.0, benign_per_hour=30.0))
+    assert len(truth.benign) >= 3
+    assert incidents == []

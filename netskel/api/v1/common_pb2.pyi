@@ -216,6 +216,7 @@ class WindowStats(_message.Message):
     PROTO_FIELD_NUMBER: _builtins.int
     ROUTE_FIELD_NUMBER: _builtins.int
     ROUTES_FIELD_NUMBER: _builtins.int
+    SLOW_FIELD_NUMBER: _builtins.int
     src: _builtins.str
     dst: _builtins.str
     window_start: _builtins.float
@@ -235,6 +236,11 @@ class WindowStats(_message.Message):
     route: _builtins.str
     """Traced underlay route of the pair's NICs: switch ids joined by ">"
     (contract section 3); empty when not traced or not fully answered.
+    """
+    slow: _builtins.int
+    """Received probes at least TAIL_SHIFT_US (20 us) slower than the window's
+    own p25: a path among the pair's flows that is slow shows here while
+    the median stays put.
     """
     @_builtins.property
     def routes(self) -> _containers.RepeatedCompositeFieldContainer[Global___RouteStats]:
@@ -262,10 +268,11 @@ class WindowStats(_message.Message):
         proto: _builtins.str = ...,
         route: _builtins.str = ...,
         routes: _abc.Iterable[Global___RouteStats] | None = ...,
+        slow: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "lost", b"lost", "proto", b"proto", "route", b"route", "routes", b"routes", "rtt_max", b"rtt_max", "rtt_mean", b"rtt_mean", "rtt_median", b"rtt_median", "rtt_min", b"rtt_min", "rtt_p25", b"rtt_p25", "rtt_p75", b"rtt_p75", "rtt_std", b"rtt_std", "sent", b"sent", "size", b"size", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "lost", b"lost", "proto", b"proto", "route", b"route", "routes", b"routes", "rtt_max", b"rtt_max", "rtt_mean", b"rtt_mean", "rtt_median", b"rtt_median", "rtt_min", b"rtt_min", "rtt_p25", b"rtt_p25", "rtt_p75", b"rtt_p75", "rtt_std", b"rtt_std", "sent", b"sent", "size", b"size", "slow", b"slow", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
