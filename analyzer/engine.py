@@ -13,10 +13,10 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 import numpy as np
 
+from analyzer.batch import WindowBatch
 from analyzer.detect import (
     STATS,
     Detector,
@@ -33,7 +33,7 @@ from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.store import IncidentStore
 from netskel import metrics
-from netskel.arrays import unique
+from netskel.arrays import unique, unique_rows_inverse
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
 from netskel.model import AgentState, Incident, VSwitchDump, WindowStats, pair_key
@@ -97,6 +97,7 @@ class Analyzer:
         self.grace_s = grace_s
         self.paths = UnderlayPaths(topo)
         self._pending: dict[tuple[float, float], list[WindowStats]] = defaultdict(list)
+        self._pending_batches: dict[tuple[float, float], list[WindowBatch]] = defaultdict(list)
         self._seen: deque[_Seen] = deque()
         self._by_endpoint: dict[str, set[Pair]] = defaultdict(set)
         self._pairs: list[Pair] = []            # pair id -> pair
@@ -166,6 +167,19 @@ class Analyzer:
                 self.history.record((w,))
         return rejected
 
+    def add_batch(self, batch: WindowBatch) -> list[str]:
+        """Queue windows computed here from checked records (`netskel
+        analyze`): as columns, never one object per window, and with no
+        charts. Returns the reasons of those rejected."""
+        rejected = []
+        for start, end, part in batch.by_window():
+            if end <= self.processed_until:
+                rejected.append(f"{len(part)} windows of [{start}, {end}): "
+                                "window arrived after its time was analysed")
+                continue
+            self._pending_batches[(start, end)].append(part)
+        return rejected
+
     def set_agent(self, state: AgentState) -> None:
         self.known_endpoints.update(state.endpoints)
         if state.registered and state.ready:
@@ -203,11 +217,15 @@ class Analyzer:
              ) -> list[Incident]:
         """Analyse every window that is complete; return incidents that changed."""
         changed: dict[str, Incident] = {}
-        due = sorted(k for k in self._pending if k[1] + self.grace_s <= now)
+        due = sorted(k for k in {*self._pending, *self._pending_batches}
+                     if k[1] + self.grace_s <= now)
         for n, key in enumerate(due):
             if progress is not None:
                 progress("analysing windows", n, len(due))
-            windows = self._pending.pop(key)
+            live = self._pending.pop(key, [])
+            parts = self._pending_batches.pop(key, [])
+            windows = WindowBatch.concat([WindowBatch.from_windows(live), *parts]
+                                         if live else parts)
             t0 = time.perf_counter()
             for inc in self.process(key[0], key[1], windows):
                 changed[inc.id] = inc
@@ -452,57 +470,89 @@ class Analyzer:
     def _switches_of(self, link: str) -> tuple[str, ...]:
         return tuple(x for x in self.topo.links.get(link, ()) if x in self.topo.switches)
 
-    def _note_probers(self, start: float, windows: Sequence[WindowStats]) -> None:
+    def _note_probers(self, start: float, b: WindowBatch) -> None:
         """An endpoint that probed in recent windows and now sends nothing has
         a dead agent (it neither probes nor answers): offline this is the only
         sign; live it backs the heartbeat."""
-        probing = {w.src for w in windows}
-        for src in probing:
-            self._last_probe[src] = start
+        for i in unique(b.src).tolist():
+            self._last_probe[b.names[i]] = start
         horizon = start - self.cfg.history_seconds
         self._silent = {e for e, t in self._last_probe.items()
                         if horizon <= t < start and e not in self.departed}
-        self._note_routes(windows)
+        self._note_routes(b)
 
-    def _note_routes(self, windows: Iterable[WindowStats]) -> None:
+    def _note_routes(self, b: WindowBatch) -> None:
+        """Each pair's latest traced route, and this window's probes per
+        (pair, tracing end, route): sent, lost, and against each size row's
+        own median (sizes differ in RTT, and a route may carry more of one
+        size than another) the RTT excess, received probes, level, rows that
+        saw the route and rows that found it slow. Summed in one pass over
+        the batch's route entries; only the sums become Python values."""
         self._by_route = {}
         self._flagged_links = set()
-        for w in windows:
-            if w.route:
-                self._routes[pair_key(w.src, w.dst)] = (w.src, w.route)
-            # Only pairs the topology knows: their routes can be put on links.
-            if w.routes and w.src in self.topo.endpoints and w.dst in self.topo.endpoints:
-                per = self._by_route.setdefault(pair_key(w.src, w.dst), {})
-                level = w.rtt_median
-                need = max(self.cfg.latency_min_shift_us, self.cfg.latency_rel_shift * level)
-                for r in w.routes:
-                    v = per.setdefault((w.src, r.route), [0.0] * 7)
-                    v[0] += r.sent
-                    v[1] += r.lost
-                    if r.sent > r.lost and math.isfinite(r.rtt_median) and math.isfinite(level):
-                        # Against its own row's median: sizes differ in RTT, and
-                        # a route may carry more of one size than another.
-                        n = r.sent - r.lost
-                        v[2] += (r.rtt_median - level) * n
-                        v[3] += n
-                        v[4] += level * n
-                        v[5] += 1  # rows (sizes) that saw this route
-                        v[6] += r.rtt_median - level >= need  # ... and found it slow
+        if not len(b):
+            return
+        names = b.names
+        # Pairs as (first, second) in pair_key's order, by each name's rank.
+        rank = np.empty(len(names), dtype=np.int64)
+        rank[np.argsort(np.asarray(names, dtype=object), kind="stable")] = np.arange(len(names))
+        swap = rank[b.src] > rank[b.dst]
+        pa, pb = np.where(swap, b.dst, b.src), np.where(swap, b.src, b.dst)
+        traced = np.flatnonzero(b.route >= 0)
+        if len(traced):  # the last window of each pair with a route wins, as before
+            last = traced[::-1]
+            _, first = np.unique(np.stack([pa[last], pb[last]], axis=1), axis=0,
+                                 return_index=True)
+            for i in last[first].tolist():
+                self._routes[(names[pa[i]], names[pb[i]])] = (names[b.src[i]],
+                                                              b.route_names[b.route[i]])
+        m = int(b.r_ptr[-1])
+        if m == 0:
+            return
+        known = np.fromiter((x in self.topo.endpoints for x in names), dtype=bool,
+                            count=len(names))
+        wi = np.repeat(np.arange(len(b), dtype=np.int64), np.diff(b.r_ptr))
+        keep = np.flatnonzero(known[b.src[wi]] & known[b.dst[wi]])
+        if not len(keep):
+            return
+        wi = wi[keep]
+        sent, lost, med = b.r_sent[keep], b.r_lost[keep], b.r_median[keep]
+        level = b.stats[wi, 1]  # the row's median
+        need = np.maximum(self.cfg.latency_min_shift_us, self.cfg.latency_rel_shift * level)
+        with np.errstate(invalid="ignore"):
+            ok = (sent > lost) & np.isfinite(med) & np.isfinite(level)
+            n = np.where(ok, sent - lost, 0).astype(np.float64)
+            excess = np.where(ok, med - level, 0.0)
+            slow = ok & (excess >= need)
+        keys = np.stack([pa[wi], pb[wi], b.src[wi], b.r_route[keep]], axis=1)
+        uniq, inv = unique_rows_inverse(keys)
+        u = len(uniq)
 
-    def process(self, start: float, end: float, windows: Sequence[WindowStats]) -> list[Incident]:
-        metrics.WINDOWS_ANALYZED.inc(len(windows))
-        if not windows:
+        def total(w: np.ndarray) -> list[float]:
+            return list(np.bincount(inv, weights=w, minlength=u).tolist())
+        cols = zip(total(sent.astype(np.float64)), total(lost.astype(np.float64)),
+                   total(excess * n), total(n), total(np.where(ok, level, 0.0) * n),
+                   total(ok.astype(np.float64)), total(slow.astype(np.float64)), strict=True)
+        rn = b.route_names
+        by_route = self._by_route
+        for (a, c, src, r), v in zip(uniq.tolist(), cols, strict=True):
+            by_route.setdefault((names[a], names[c]), {})[(names[src], rn[r])] = list(v)
+
+    def process(self, start: float, end: float, windows: WindowBatch | Sequence[WindowStats]
+                ) -> list[Incident]:
+        b = windows if isinstance(windows, WindowBatch) else WindowBatch.from_windows(windows)
+        metrics.WINDOWS_ANALYZED.inc(len(b))
+        if not len(b):
             return []
         self._window_len = end - start
-        self._note_probers(start, windows)
-        rows = self.detector.rows_for([(w.src, w.dst, w.size) for w in windows])
+        self._note_probers(start, b)
+        names = np.asarray(b.names, dtype=object)
+        rows = self.detector.rows_for(list(zip(names[b.src].tolist(), names[b.dst].tolist(),
+                                               b.size.tolist(), strict=True)))
         self._index_rows()
-        stats = np.array(list(map(_STATS_OF, windows)), dtype=np.float64)
-        sent = np.fromiter((w.sent for w in windows), dtype=np.int64, count=len(windows))
-        lost = np.fromiter((w.lost for w in windows), dtype=np.int64, count=len(windows))
+        stats, sent, lost, slow = b.stats, b.sent, b.lost, b.slow
         groups = self._loss_groups(rows)
         pid = self._row_pair[rows]
-        slow = np.fromiter((w.slow for w in windows), dtype=np.int64, count=len(windows))
         obs, drift = self.detector.observe(rows, stats, sent, lost, start, end, groups,
                                            held=self._held_by_loss(pid), slow=slow)
         flagged = np.flatnonzero(obs.latency | obs.loss | obs.unreachable)
@@ -522,10 +572,10 @@ class Analyzer:
                 else:
                     symptom = "latency"
                 anomalous[pair] = symptom
-                evidence[pair] = {f"size_{windows[i].size}": _window_evidence(windows[i], obs, i)
+                evidence[pair] = {f"size_{int(b.size[i])}": _window_evidence(b.window(i), obs, i)
                                   for i in idx}
         gone = self.dead | self._silent
-        for pair, ev in self._lossy_links(len(windows), set(anomalous), gone).items():
+        for pair, ev in self._lossy_links(len(b), set(anomalous), gone).items():
             if pair not in anomalous:
                 anomalous[pair] = "loss"
                 evidence[pair] = {"lossy_links": ev}
@@ -851,7 +901,7 @@ class Analyzer:
         traced) judged against each pair's history, then localized with the
         latest analysed window's healthy pairs clearing what they cross."""
         good = [w for w in windows if w.problem() is None]
-        self._note_routes(good)
+        self._note_routes(WindowBatch.from_windows(good))
         stats = np.array([[getattr(w, k) for k in STATS] for w in good],
                          dtype=np.float64).reshape(len(good), len(STATS))
         loss, slow, unreachable, ref = self.detector.judge_check(
@@ -948,7 +998,6 @@ class Analyzer:
                          incidents=sorted(incidents.values(), key=lambda i: i.id))
 
 
-_STATS_OF = attrgetter(*STATS)
 
 
 def _route_is_slow(v: list[float]) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 from analyzer.engine import Analyzer
 from analyzer.records import read_probe_records
-from analyzer.windows import compute_windows_parallel
+from analyzer.windows import window_batch_parallel
 from netskel.config import AnalyzerConfig
 from netskel.topology import load_topology
 
@@ -23,8 +23,7 @@ def analyze_files(topology: str | Path, probes: str | Path, window_s: float = 30
     records = read_probe_records(probes, topo)
     engine = Analyzer(topo, cfg or AnalyzerConfig())
     say(f"{len(records)} records -> {window_s:g} s windows", 0, 0)
-    windows = compute_windows_parallel(records, window_s)
-    # Windows computed from checked records, and no charts to draw offline.
-    engine.add_windows(windows, trusted=True, charts=False)
+    # Windows computed from checked records, as columns; no charts offline.
+    engine.add_batch(window_batch_parallel(records, window_s))
     engine.flush(progress)
     return {"incidents": [i.to_doc() for i in engine.list_incidents()]}

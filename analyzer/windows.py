@@ -5,14 +5,14 @@ agents' windows do, so offline and live analysis see the same windows."""
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from analyzer.batch import STAT_FIELDS, WindowBatch
 from analyzer.records import ProbeRecords
 from netskel.arrays import unique_rows_inverse
-from netskel.model import TAIL_SHIFT_US, RouteStats, WindowStats
+from netskel.model import TAIL_SHIFT_US, WindowStats
 
 QUANTILES = (0.25, 0.5, 0.75)
 
@@ -51,11 +51,16 @@ def received_by_group(group: np.ndarray, rtt: np.ndarray, g: int
 
 def compute_windows_parallel(rec: ProbeRecords, window_s: float = 30.0, parts: int = 2
                              ) -> list[WindowStats]:
-    """compute_windows over time slices cut at window boundaries, one thread
+    return window_batch_parallel(rec, window_s, parts).windows()
+
+
+def window_batch_parallel(rec: ProbeRecords, window_s: float = 30.0, parts: int = 2
+                          ) -> WindowBatch:
+    """window_batch over time slices cut at window boundaries, one thread
     each: windows never span a cut, and the sorts (most of the time)
     release the GIL, so two cores take two slices at once."""
     if parts <= 1 or len(rec) < 200_000:
-        return compute_windows(rec, window_s)
+        return window_batch(rec, window_s)
     widx = np.floor(rec.ts / window_s).astype(np.int64)
     cuts = np.unique(np.quantile(widx, np.linspace(0, 1, parts + 1)[1:-1]).astype(np.int64))
     bounds = [int(widx.min())] + [int(c) for c in cuts] + [int(widx.max()) + 1]
@@ -63,14 +68,19 @@ def compute_windows_parallel(rec: ProbeRecords, window_s: float = 30.0, parts: i
               if lo < hi]
     del widx
     with ThreadPoolExecutor(len(slices)) as pool:
-        done = list(pool.map(lambda r: compute_windows(r, window_s), slices))
-    return [w for part in done for w in part]
+        done = list(pool.map(lambda r: window_batch(r, window_s), slices))
+    return WindowBatch.concat(done)
 
 
 def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowStats]:
+    """The windows as objects (tests, and callers that want a few)."""
+    return window_batch(rec, window_s).windows()
+
+
+def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
     n = len(rec)
     if n == 0:
-        return []
+        return WindowBatch.empty()
     src_names, src_code = rec.factorized("src")
     dst_names, dst_code = rec.factorized("dst")
     proto_names, proto_code = rec.factorized("proto")
@@ -82,58 +92,59 @@ def compute_windows(rec: ProbeRecords, window_s: float = 30.0) -> list[WindowSta
     has = received > 0
     safe_counts = np.maximum(received, 1)
     safe_starts = np.where(has, starts, 0)
-    stats: dict[str, np.ndarray] = {}
+    stats = np.full((g, len(STAT_FIELDS)), np.nan)
+    slow = np.zeros(g, dtype=np.int64)
     if len(rt):
+        col = {f: k for k, f in enumerate(STAT_FIELDS)}
         sums = np.bincount(gr, weights=rt, minlength=g)
         mean = sums / safe_counts
         dev = rt - mean[gr]
-        stats["rtt_mean"] = mean
-        stats["rtt_std"] = np.sqrt(np.bincount(gr, weights=dev * dev, minlength=g) / safe_counts)
-        stats["rtt_min"] = rt[safe_starts]
-        stats["rtt_max"] = rt[safe_starts + safe_counts - 1]
+        stats[:, col["rtt_mean"]] = mean
+        stats[:, col["rtt_std"]] = np.sqrt(np.bincount(gr, weights=dev * dev, minlength=g)
+                                           / safe_counts)
+        stats[:, col["rtt_min"]] = rt[safe_starts]
+        stats[:, col["rtt_max"]] = rt[safe_starts + safe_counts - 1]
         for name, q in zip(("rtt_p25", "rtt_median", "rtt_p75"), QUANTILES, strict=True):
-            stats[name] = group_quantiles(rt, safe_starts, safe_counts, q)
+            stats[:, col[name]] = group_quantiles(rt, safe_starts, safe_counts, q)
+        stats[~has] = np.nan
         # The slow tail: probes well above their window's own p25 (one slow
         # path among a pair's flows, while its median stays put).
-        slow = np.bincount(gr, weights=rt >= stats["rtt_p25"][gr] + TAIL_SHIFT_US,
+        slow = np.bincount(gr, weights=rt >= stats[gr, col["rtt_p25"]] + TAIL_SHIFT_US,
                            minlength=g).astype(np.int64)
-    else:
-        slow = np.zeros(g, dtype=np.int64)
-    routes = np.full(g, "", dtype=object)
-    by_route: list[tuple[RouteStats, ...]] = [()] * g
+    route = np.full(g, -1, dtype=np.int64)
+    route_names: list[str] = []
+    r_ptr = np.zeros(g + 1, dtype=np.int64)
+    r_cols = [np.zeros(0, dtype=np.int64)] * 3 + [np.zeros(0)]
     if rec.has_route:  # a window's traced route: its probes' (the last one seen)
-        names, code = rec.factorized("route")
-        named = np.asarray(names + [""], dtype=object)
+        route_names, code = rec.factorized("route")
+        named = np.asarray(route_names + [""], dtype=object)
         traced = (code >= 0) & (named[code] != "")
-        routes[group[traced]] = named[code[traced]]
-        by_route = _route_stats(group[traced], names, code[traced], rec.rtt_us[traced], g)
-    # One Python object per window is the output; build them from plain
-    # lists (numpy scalars one by one cost several times more).
-    nan = [math.nan] * g
-    cols = [np.where(has, stats[k], np.nan).tolist() if k in stats else nan for k in _ORDER]
-    src_s = np.asarray(src_names, dtype=object)[uniq[:, 1]].tolist()
-    dst_s = np.asarray(dst_names, dtype=object)[uniq[:, 2]].tolist()
-    proto_s = np.asarray(proto_names, dtype=object)[uniq[:, 4]].tolist()
-    w0 = (uniq[:, 0] * window_s).tolist()
-    w1 = ((uniq[:, 0] + 1) * window_s).tolist()
-    return [WindowStats(a, b, s0, s1, size, n, n - r, mn, p25, med, p75, mean, std, mx, pr, rt, rs,
-                        sl)
-            for a, b, s0, s1, size, n, r, mn, p25, med, p75, mean, std, mx, pr, rt, rs, sl
-            in zip(src_s, dst_s, w0, w1, uniq[:, 3].tolist(), sent.tolist(), received.tolist(),
-                   *cols, proto_s, routes.tolist(), by_route, slow.tolist(), strict=True)]
+        route[group[traced]] = code[traced]
+        r_ptr, *r_cols = _route_stats(group[traced], code[traced], rec.rtt_us[traced], g)
+    # One endpoint dictionary for both ends.
+    names = sorted(set(src_names) | set(dst_names))
+    at = {x: i for i, x in enumerate(names)}
+    src_map = np.array([at[x] for x in src_names], dtype=np.int64)
+    dst_map = np.array([at[x] for x in dst_names], dtype=np.int64)
+    return WindowBatch(names=names, src=src_map[uniq[:, 1]], dst=dst_map[uniq[:, 2]],
+                       start=uniq[:, 0] * window_s, end=(uniq[:, 0] + 1) * window_s,
+                       size=uniq[:, 3].copy(), sent=sent.astype(np.int64),
+                       lost=(sent - received).astype(np.int64), stats=stats, slow=slow,
+                       protos=list(proto_names), proto=uniq[:, 4].copy(),
+                       route_names=list(route_names), route=route, r_ptr=r_ptr,
+                       r_route=r_cols[0], r_sent=r_cols[1], r_lost=r_cols[2],
+                       r_median=r_cols[3])
 
 
-# WindowStats' RTT fields in declaration order (after src..lost).
-_ORDER = ("rtt_min", "rtt_p25", "rtt_median", "rtt_p75", "rtt_mean", "rtt_std", "rtt_max")
-
-
-def _route_stats(group: np.ndarray, names: list[str], code: np.ndarray, rtt: np.ndarray,
-                 g: int) -> list[tuple[RouteStats, ...]]:
-    """Each window's traced probes by forward route: sent, lost, median RTT.
-    A lost probe's route is its flow's, so losses land on the path they took."""
-    out: list[tuple[RouteStats, ...]] = [()] * g
+def _route_stats(group: np.ndarray, code: np.ndarray, rtt: np.ndarray, g: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each window's traced probes by forward route, as CSR arrays (row
+    pointer per window; route code, sent, lost, median RTT per entry). A lost
+    probe's route is its flow's, so losses land on the path they took."""
+    ptr = np.zeros(g + 1, dtype=np.int64)
     if len(group) == 0:
-        return out
+        return ptr, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), \
+            np.zeros(0, dtype=np.int64), np.zeros(0)
     keys = np.stack([group, code], axis=1)
     uniq, sub = unique_rows_inverse(keys)
     m = len(uniq)
@@ -143,11 +154,5 @@ def _route_stats(group: np.ndarray, names: list[str], code: np.ndarray, rtt: np.
     if has.any():
         med[has] = group_quantiles(rt, starts[has], received[has], 0.5)
     # uniq is sorted by window: each window's routes are one run.
-    win = uniq[:, 0]
-    bounds = np.flatnonzero(np.r_[True, win[1:] != win[:-1], True])
-    items = [RouteStats(r, n, n - k, md) for r, n, k, md in zip(
-        np.asarray(names, dtype=object)[uniq[:, 1]].tolist(), sent.tolist(), received.tolist(),
-        med.tolist(), strict=True)]
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        out[int(win[lo])] = tuple(items[lo:hi])
-    return out
+    np.cumsum(np.bincount(uniq[:, 0], minlength=g), out=ptr[1:])
+    return ptr, uniq[:, 1].copy(), sent.astype(np.int64), (sent - received).astype(np.int64), med

@@ -1,0 +1,173 @@
+"""Windows as columns: what `netskel analyze` computes from Parquet and the
+engine reads, with no Python object per window.
+
+An hour of probes is close to a million windows; building a WindowStats
+(and its RouteStats) for each and taking the numbers back out of them cost
+more than everything numpy did with them. Live windows still arrive one
+message at a time and are turned into a batch once per analysis window;
+the few windows an incident shows as evidence are materialized back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
+
+from analyzer.detect import STATS
+from netskel.model import RouteStats, WindowStats
+
+STAT_FIELDS = STATS  # the RTT statistics' columns, in the detector's order
+_STATS_OF = attrgetter(*STAT_FIELDS)
+
+
+@dataclass
+class WindowBatch:
+    """Row i is one window. Endpoint, protocol and route strings are codes
+    into the name lists (-1: no route). Window i's probes by traced route are
+    r_*[r_ptr[i]:r_ptr[i + 1]]."""
+
+    names: list[str]
+    src: np.ndarray     # int64 codes into names
+    dst: np.ndarray
+    start: np.ndarray   # float64 seconds
+    end: np.ndarray
+    size: np.ndarray    # int64
+    sent: np.ndarray    # int64
+    lost: np.ndarray
+    stats: np.ndarray   # (N, 7) float64 in STAT_FIELDS order, NaN when every probe was lost
+    slow: np.ndarray    # int64
+    protos: list[str]
+    proto: np.ndarray   # int64 codes into protos
+    route_names: list[str]
+    route: np.ndarray   # the window's traced route (the last seen), -1 when none
+    r_ptr: np.ndarray   # (N + 1,) int64
+    r_route: np.ndarray  # codes into route_names
+    r_sent: np.ndarray
+    r_lost: np.ndarray
+    r_median: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    @classmethod
+    def empty(cls) -> WindowBatch:
+        return cls.from_windows(())
+
+    def take(self, idx: np.ndarray) -> WindowBatch:
+        """The windows at idx, in that order."""
+        idx = np.asarray(idx, dtype=np.int64)
+        lo, hi = self.r_ptr[idx], self.r_ptr[idx + 1]
+        lens = hi - lo
+        ptr = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        at = np.repeat(lo - ptr[:-1], lens) + np.arange(int(ptr[-1]), dtype=np.int64)
+        return WindowBatch(self.names, self.src[idx], self.dst[idx], self.start[idx],
+                           self.end[idx], self.size[idx], self.sent[idx], self.lost[idx],
+                           self.stats[idx], self.slow[idx], self.protos, self.proto[idx],
+                           self.route_names, self.route[idx], ptr, self.r_route[at],
+                           self.r_sent[at], self.r_lost[at], self.r_median[at])
+
+    def by_window(self) -> Iterator[tuple[float, float, WindowBatch]]:
+        """(start, end, its windows in their order here), earliest first."""
+        if not len(self):
+            return
+        spans = np.stack([self.start, self.end], axis=1)
+        order = np.lexsort((self.end, self.start))  # stable: rows keep their order within
+        s = spans[order]
+        cut = np.flatnonzero(np.r_[True, np.any(s[1:] != s[:-1], axis=1), True])
+        for lo, hi in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
+            yield float(s[lo, 0]), float(s[lo, 1]), self.take(order[lo:hi])
+
+    def window(self, i: int) -> WindowStats:
+        """Window i as the object the contract and the web page speak."""
+        lo, hi = int(self.r_ptr[i]), int(self.r_ptr[i + 1])
+        routes = tuple(RouteStats(self.route_names[int(r)], int(n), int(k), float(m))
+                       for r, n, k, m in zip(self.r_route[lo:hi], self.r_sent[lo:hi],
+                                             self.r_lost[lo:hi], self.r_median[lo:hi],
+                                             strict=True))
+        st = dict(zip(STAT_FIELDS, self.stats[i].tolist(), strict=True))
+        rc = int(self.route[i])
+        return WindowStats(src=self.names[int(self.src[i])], dst=self.names[int(self.dst[i])],
+                           window_start=float(self.start[i]), window_end=float(self.end[i]),
+                           size=int(self.size[i]), sent=int(self.sent[i]),
+                           lost=int(self.lost[i]), proto=self.protos[int(self.proto[i])],
+                           route=self.route_names[rc] if rc >= 0 else "", routes=routes,
+                           slow=int(self.slow[i]), **st)
+
+    def windows(self) -> list[WindowStats]:
+        return [self.window(i) for i in range(len(self))]
+
+    @classmethod
+    def from_windows(cls, ws: Sequence[WindowStats]) -> WindowBatch:
+        """Live windows (one message each) as one batch."""
+        names: dict[str, int] = {}
+        protos: dict[str, int] = {}
+        routes: dict[str, int] = {}
+        n = len(ws)
+        src = np.fromiter((names.setdefault(w.src, len(names)) for w in ws), np.int64, n)
+        dst = np.fromiter((names.setdefault(w.dst, len(names)) for w in ws), np.int64, n)
+        proto = np.fromiter((protos.setdefault(w.proto, len(protos)) for w in ws), np.int64, n)
+        route = np.fromiter((routes.setdefault(w.route, len(routes)) if w.route else -1
+                             for w in ws), np.int64, n)
+        lens = np.fromiter((len(w.routes) for w in ws), np.int64, n)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        flat = [r for w in ws for r in w.routes]
+        m = len(flat)
+        stats = (np.array(list(map(_STATS_OF, ws)), dtype=np.float64) if n
+                 else np.zeros((0, len(STAT_FIELDS))))
+        r_route = np.fromiter((routes.setdefault(r.route, len(routes)) for r in flat), np.int64, m)
+        return cls(
+            names=list(names), src=src, dst=dst,
+            start=np.fromiter((w.window_start for w in ws), np.float64, n),
+            end=np.fromiter((w.window_end for w in ws), np.float64, n),
+            size=np.fromiter((w.size for w in ws), np.int64, n),
+            sent=np.fromiter((w.sent for w in ws), np.int64, n),
+            lost=np.fromiter((w.lost for w in ws), np.int64, n),
+            stats=stats, slow=np.fromiter((w.slow for w in ws), np.int64, n),
+            protos=list(protos), proto=proto, route_names=list(routes), route=route, r_ptr=ptr,
+            r_route=r_route, r_sent=np.fromiter((r.sent for r in flat), np.int64, m),
+            r_lost=np.fromiter((r.lost for r in flat), np.int64, m),
+            r_median=np.fromiter((r.rtt_median for r in flat), np.float64, m))
+
+    @classmethod
+    def concat(cls, parts: Sequence[WindowBatch]) -> WindowBatch:
+        """One batch of several, codes remapped onto shared name lists."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls.empty()
+        if len(parts) == 1:
+            return parts[0]
+        names: dict[str, int] = {}
+        protos: dict[str, int] = {}
+        routes: dict[str, int] = {}
+
+        def remap(table: dict[str, int], local: list[str], codes: np.ndarray) -> np.ndarray:
+            m = np.array([table.setdefault(x, len(table)) for x in local] + [-1], dtype=np.int64)
+            return np.asarray(m[codes])  # -1 stays -1 (the appended last entry)
+
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in (
+            "src", "dst", "proto", "route", "r_route")}
+        ptrs = [np.zeros(1, dtype=np.int64)]
+        base = 0
+        for p in parts:
+            cols["src"].append(remap(names, p.names, p.src))
+            cols["dst"].append(remap(names, p.names, p.dst))
+            cols["proto"].append(remap(protos, p.protos, p.proto))
+            cols["route"].append(remap(routes, p.route_names, p.route))
+            cols["r_route"].append(remap(routes, p.route_names, p.r_route))
+            ptrs.append(p.r_ptr[1:] + base)
+            base += int(p.r_ptr[-1])
+
+        def cat(attr: str) -> np.ndarray:
+            return np.concatenate([getattr(p, attr) for p in parts])
+        return cls(names=list(names), src=np.concatenate(cols["src"]),
+                   dst=np.concatenate(cols["dst"]), start=cat("start"), end=cat("end"),
+                   size=cat("size"), sent=cat("sent"), lost=cat("lost"), stats=cat("stats"),
+                   slow=cat("slow"), protos=list(protos), proto=np.concatenate(cols["proto"]),
+                   route_names=list(routes), route=np.concatenate(cols["route"]),
+                   r_ptr=np.concatenate(ptrs), r_route=np.concatenate(cols["r_route"]),
+                   r_sent=cat("r_sent"), r_lost=cat("r_lost"), r_median=cat("r_median"))
+
