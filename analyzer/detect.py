@@ -202,7 +202,7 @@ class Observation:
     loss_p: np.ndarray
     loss_baseline: np.ndarray
     ref_median: np.ndarray   # the row's typical median RTT, NaN without history
-    tail: np.ndarray | None = None  # bool: the slow tail grew (part of `latency`)
+    tail: np.ndarray | None = None  # bool: latency from the slow tail alone (part of `latency`)
 
 
 @dataclass
@@ -380,6 +380,7 @@ class Detector:
                 alpha, cfg.loss_min_lost, prior_probes=TAIL_PRIOR, carry=self.tail_carry,
                 near_alpha=cfg.loss_near_alpha, margin=cfg.tail_margin)
             suspect |= tail_suspect
+            tail &= ~latency  # rows only the tail flags
             latency |= tail
         # Healthy windows join the history (a ring of the last H).
         # Near-significant rows stay out too: a slow loss must not become the baseline.

@@ -110,10 +110,10 @@ class Analyzer:
         self.incidents: dict[str, Incident] = {}
         # Keyed by component: a loss that turns into unreachability is one incident.
         self._open: dict[tuple[str, str], str] = {}
-        self._streak: dict[tuple[str, str], tuple[int, float]] = {}
+        self._streak: dict[tuple[str, str], _Streak] = {}
         self._window_len = 30.0  # of the windows being processed (set per window)
         self._open_drift: dict[tuple[str, str], str] = {}
-        self._streak_drift: dict[tuple[str, str], tuple[int, float]] = {}
+        self._streak_drift: dict[tuple[str, str], _Streak] = {}
         self.detector = Detector(cfg)
         self.history = PairHistory()
         self._cand_cache: dict[tuple[Pair, str, str], dict[str, float]] = {}
@@ -313,6 +313,14 @@ class Analyzer:
         got = np.bincount(pid[sustained], weights=received[sustained], minlength=len(self._pairs))
         ok = np.flatnonzero((slow > 0) & (slow == rows) & (got >= MIN_SUSTAINED_PROBES))
         return {self._pairs[int(i)] for i in ok}
+
+    def _tail_only_pairs(self, pid: np.ndarray, obs: Observation) -> set[Pair]:
+        """Pairs whose only anomaly this window is a slow tail."""
+        if obs.tail is None or not obs.tail.any():
+            return set()
+        other = (obs.latency & ~obs.tail) | obs.loss | obs.unreachable
+        ids = np.setdiff1d(pid[obs.tail], pid[other])
+        return {self._pairs[int(i)] for i in ids}
 
     def _route_links(self, pair: Pair, src: str, route: str) -> tuple[tuple[str, ...], bool]:
         """(the links of a forward route the topology knows, whether it knows
@@ -597,6 +605,7 @@ class Analyzer:
                 clears[link] = max(clears.get(link, 0), n)
             findings = self._localize(anomalous, healthy, clears)
             strong = self._strong_pairs(pid, obs.sustained, sent - lost)
+            tail_only = self._tail_only_pairs(pid, obs)
             # Each pair's probes this window: a loss incident's "clean" windows
             # must really be clean, not merely short of significance.
             npairs = len(self._pairs)
@@ -604,7 +613,7 @@ class Analyzer:
                       np.bincount(pid, weights=lost, minlength=npairs))
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
-                                              strong, counts)
+                                              strong, counts, tail_only)
         else:  # a quiet window ends every streak: persistence means windows in a row
             self._streak.clear()
         if drift is not None:
@@ -713,16 +722,18 @@ class Analyzer:
                           evidence: dict[Pair, dict[str, object]],
                           observed: Container[Pair], anomalous: dict[Pair, str],
                           open_map: dict[tuple[str, str], str],
-                          streaks: dict[tuple[str, str], tuple[int, float]],
+                          streaks: dict[tuple[str, str], _Streak],
                           persist: Callable[[str], int], strong: Container[Pair] = (),
-                          counts: tuple[np.ndarray, np.ndarray] | None = None
-                          ) -> list[Incident]:
+                          counts: tuple[np.ndarray, np.ndarray] | None = None,
+                          tail_only: Container[Pair] = ()) -> list[Incident]:
         """Findings that persisted open (or grow) incidents; components whose
         pairs were seen healthy close theirs. `counts`: probes expected lost
         at each row's healthy rate and probes lost, per pair id this window,
-        to tell a clean window from a quiet one."""
+        to tell a clean window from a quiet one. `strong`: pairs slow for most
+        of the window; `tail_only`: pairs whose only anomaly is a slow tail."""
         changed = []
         seen_keys = set()
+        before = dict(streaks)  # last window's streaks, for findings that moved
         for f in findings:
             key = (f.component.type, f.component.id)
             # One incident per fault: a finding about pairs an open incident
@@ -750,14 +761,18 @@ class Analyzer:
                 changed.append(inc)
                 continue
             seen_keys.add(key)
-            count, first = streaks.get(key, (0, start))
-            # A window slow for most of its length counts twice when it starts
-            # the streak. After a window with only a slow tail it counts once:
-            # a tail then a slow window can be two short congestions of one
-            # switch, and each of them is benign.
-            count += 2 if (count == 0 and f.symptom == "latency"
-                           and any(p in strong for p in f.pairs)) else 1
-            streaks[key] = (count, first)
+            # The same fault may be named by another component from one window
+            # to the next (its link, then its switch when other pairs join):
+            # a streak follows the pairs, not the name.
+            st = streaks.get(key) or _continued(before, f.pairs) or _Streak(0, start)
+            # A window slow for most of its length counts twice, except after
+            # windows that had only a slow tail: a tail then a slow window can
+            # be two short congestions of one switch, each of them benign.
+            double = (f.symptom == "latency" and any(p in strong for p in f.pairs)
+                      and (st.count == 0 or not st.tails))
+            count, first = st.count + (2 if double else 1), st.first
+            streaks[key] = _Streak(count, first, st.tails and f.symptom == "latency"
+                                   and all(p in tail_only for p in f.pairs), frozenset(f.pairs))
             # A finding nothing explains (an endpoint guess) is weak evidence:
             # it must hold a window longer than what it guesses about.
             need = persist(f.symptom) + (1 if f.component.type == "endpoint" else 0)
@@ -1014,6 +1029,32 @@ def _overall(verdicts: list[PairVerdict]) -> str:
 def _contains(sorted_ids: np.ndarray, x: int) -> bool:
     i = int(np.searchsorted(sorted_ids, x))
     return i < len(sorted_ids) and int(sorted_ids[i]) == x
+
+
+@dataclass
+class _Streak:
+    """A finding's run of windows in a row: how many (a window slow for most
+    of its length counts two), since when, whether only slow tails made it,
+    and the pairs of its last window."""
+
+    count: int
+    first: float
+    tails: bool = True
+    pairs: frozenset[Pair] = frozenset()
+
+
+def _continued(streaks: dict[tuple[str, str], _Streak], pairs: Sequence[Pair]) -> _Streak | None:
+    """The earliest streak of the last window sharing at least half of the
+    smaller of the two pair sets with these pairs."""
+    mine = set(pairs)
+    best = None
+    for st in streaks.values():
+        n = len(mine & st.pairs)
+        if n and 2 * n >= min(len(mine), len(st.pairs)) and (best is None or st.first < best.first
+                                                              or (st.first == best.first
+                                                                  and st.count > best.count)):
+            best = st
+    return best
 
 
 def _window_evidence(w: WindowStats, obs: Observation, i: int) -> dict[str, object]:

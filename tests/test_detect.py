@@ -157,3 +157,15 @@ def test_separate_short_congestions_do_not_add_up(tmp_path):
     quiet = ProbeNoise(benign_per_hour=0.0, spikes_per_pair_hour=0.0)
     incidents, _ = analyze(tmp_path, faults, noise=quiet)
     assert incidents == []
+
+
+def test_a_streak_follows_its_pairs_when_the_named_component_changes(tmp_path):
+    """A +50 us step on one NIC's link starting late in a window: its finding
+    names the link, then (benign noise adds pairs) the ToR, then the link
+    again. One fault, one streak: the incident starts in the fault's first
+    window, not after the name settled."""
+    start = 618.376188
+    incidents, _ = analyze(tmp_path, [ProbeFault("step", start, magnitude=50, hosts=(H0,))],
+                           seconds=start + 180, seed=10)
+    assert len(incidents) == 1, [(i["component"], i["start"] - T0) for i in incidents]
+    assert incidents[0]["start"] - T0 == start // 30 * 30
