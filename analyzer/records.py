@@ -120,8 +120,9 @@ def read_table(path: str | Path, required: dict[str, str],
         if not _kind_ok(schema.field(col).type, kind):
             raise InputError(f"{p}: column '{col}' has type {schema.field(col).type}, "
                              f"expected {kind}")
-    as_dict = [c for c in dictionary if pa.types.is_string(schema.field(c).type)
-               or pa.types.is_large_string(schema.field(c).type)]
+    as_dict = [c for c in dictionary if c in schema.names
+               and (pa.types.is_string(schema.field(c).type)
+                    or pa.types.is_large_string(schema.field(c).type))]
     try:
         table = pq.read_table(p, read_dictionary=as_dict or None)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
@@ -148,7 +149,7 @@ def _coded(table: pa.Table, col: str) -> tuple[list[str], np.ndarray]:
 
 
 def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
-    table = read_table(path, REQUIRED)
+    table = read_table(path, REQUIRED, dictionary=("src", "dst", "proto", "route"))
     p = Path(path)
     ts = table.column("ts").to_numpy(zero_copy_only=False).astype(np.float64)
     rtt = np.asarray(table.column("rtt_us").cast(pa.float64()).to_numpy(zero_copy_only=False),
