@@ -31,6 +31,7 @@ from analyzer.history import PairHistory
 from analyzer.localize import Finding, Pair, localize, worst_symptom
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
+from analyzer.routesums import RouteSums
 from analyzer.store import IncidentStore
 from netskel import metrics
 from netskel.arrays import unique, unique_rows_inverse
@@ -123,7 +124,13 @@ class Analyzer:
         # [sent, lost, received-weighted sum of (route median - its row's
         # median), received, received-weighted sum of the row medians, rows
         # (sizes) with an RTT on the route, rows where it was slow].
-        self._by_route: dict[Pair, dict[tuple[str, str], list[float]]] = {}
+        self._rt = RouteSums.empty()
+        # Link ids for the route sums' link lists, and each route entry's
+        # links by codes while the batches share their name lists (offline).
+        self._link_index: dict[str, int] = {}
+        self._link_names: list[str] = []
+        self._code_links: dict[tuple[int, int, int, int], tuple[int, ...]] = {}
+        self._code_links_names: tuple[list[str], list[str]] | None = None
         # Per link, healthy routed probes seen (sent, lost), and the last
         # window's when it was suspicious: the route-evidence loss test's state.
         self._link_hist: dict[str, tuple[float, float]] = {}
@@ -350,20 +357,20 @@ class Analyzer:
         are left out: their losses are explained, and would make every link
         on their routes look lossy to the pairs beside them."""
         cfg = self.cfg
-        sent: dict[str, float] = defaultdict(float)
-        lost: dict[str, float] = defaultdict(float)
-        losers: dict[str, set[Pair]] = defaultdict(set)
-        for pair, ev in self._by_route.items():
-            if pair in known or pair[0] in gone or pair[1] in gone:
-                continue
-            for (src, route), v in ev.items():
-                for link in self._route_links(pair, src, route)[0]:
-                    sent[link] += v[0]
-                    lost[link] += v[1]
-                    if v[1] > 0:
-                        losers[link].add(pair)
-        if not sent:
+        rt = self._rt
+        use = np.array([not (p in known or p[0] in gone or p[1] in gone) for p in rt.pairs],
+                       dtype=bool)
+        ent, lid = rt.expand(use[rt.pidx] if len(rt.pairs) else np.zeros(0, dtype=bool))
+        if not len(lid):
             return {}
+        ids, first = np.unique(lid, return_index=True)
+        ids = ids[np.argsort(first, kind="stable")]  # links in the order the entries meet them
+        nl = len(self._link_names)
+        sent_by = np.bincount(lid, weights=rt.v[ent, 0], minlength=nl)
+        lost_by = np.bincount(lid, weights=rt.v[ent, 1], minlength=nl)
+        sent = dict(zip([self._link_names[i] for i in ids.tolist()], sent_by[ids].tolist(),
+                        strict=True))
+        lost = dict(zip(sent, lost_by[ids].tolist(), strict=True))
         links = list(sent)
         s = np.array([sent[k] for k in links]) + np.array(
             [self._link_carry.get(k, (0.0, 0.0))[0] for k in links])
@@ -378,7 +385,8 @@ class Analyzer:
         for k, link in enumerate(links):
             if logp[k] < np.log(alpha):
                 self._flagged_links.add(link)
-                for pair in losers[link]:
+                on = (lid == self._link_index[link]) & (rt.v[ent, 1] > 0)
+                for pair in (rt.pairs[i] for i in unique(rt.pidx[ent[on]]).tolist()):
                     out.setdefault(pair, {})[link] = [int(s[k]), int(n[k])]
             elif logp[k] < np.log(cfg.loss_near_alpha):
                 self._link_carry[link] = (sent[link], lost[link])  # to the next window only
@@ -392,13 +400,14 @@ class Analyzer:
         link a pair's probes crossed without loss speaks for it. Links the
         per-link tests found lossy or slow this window are not cleared: a
         link losing 2 % of its probes carries many that arrive."""
-        out: dict[str, set[Pair]] = defaultdict(set)
-        for pair in healthy:
-            for (src, route), v in self._by_route.get(pair, {}).items():
-                if v[1] == 0 and not _route_is_slow(v):
-                    for link in self._route_links(pair, src, route)[0]:
-                        out[link].add(pair)
-        return {k: len(ps) for k, ps in out.items() if k not in self._flagged_links}
+        rt = self._rt
+        if not len(rt.pairs):
+            return {}
+        use = np.array([p in healthy for p in rt.pairs], dtype=bool)[rt.pidx]
+        ent, lid = rt.expand(use & (rt.v[:, 1] == 0) & ~rt.slow())
+        counts = rt.pairs_per_link(ent, lid, len(self._link_names))
+        return {self._link_names[i]: int(counts[i]) for i in np.flatnonzero(counts).tolist()
+                if self._link_names[i] not in self._flagged_links}
 
     def _slow_routes(self) -> dict[Pair, dict[str, object]]:
         """Pairs slowed on one of their forward routes by a slow link. A
@@ -410,32 +419,25 @@ class Analyzer:
         when at least two pairs, and half of the pairs whose routes cross it,
         find their route through it slow (per-link evidence from every probe
         that crossed it: one pair's bad luck is not a link)."""
-        crossing: dict[str, set[Pair]] = defaultdict(set)
-        slow_on: dict[str, set[Pair]] = defaultdict(set)
-        slow_routes: dict[Pair, list[tuple[str, str]]] = defaultdict(list)
-        for pair, ev in self._by_route.items():
-            for (src, route), v in ev.items():
-                if v[5] < 2:
-                    continue
-                slow = _route_is_slow(v)
-                if slow:
-                    slow_routes[pair].append((src, route))
-                for link in self._route_links(pair, src, route)[0]:
-                    crossing[link].add(pair)
-                    if slow:
-                        slow_on[link].add(pair)
-        bad = {k for k, ps in slow_on.items()
-               if len(ps) >= 2 and 2 * len(ps) >= len(crossing[k])}
-        self._flagged_links |= bad
+        rt = self._rt
+        if not len(rt.pairs):
+            return {}
+        nl = len(self._link_names)
+        seen = rt.v[:, 5] >= 2
+        slow = seen & rt.slow()
+        crossing = rt.pairs_per_link(*rt.expand(seen), nl)
+        s_ent, s_lid = rt.expand(slow)
+        slow_on = rt.pairs_per_link(s_ent, s_lid, nl)
+        bad_ids = np.flatnonzero((slow_on >= 2) & (2 * slow_on >= crossing))
+        self._flagged_links |= {self._link_names[i] for i in bad_ids.tolist()}
         out: dict[Pair, dict[str, object]] = {}
-        for pair, routes in slow_routes.items():
-            links = sorted({k for src, r in routes for k in self._route_links(pair, src, r)[0]}
-                           & bad)
-            if links:
-                ev = self._by_route[pair]
-                out[pair] = {"slow_links": links,
-                             "route_excess_us": {r: round(v[2] / v[3], 1)
-                                                 for (_s, r), v in ev.items() if v[3]}}
+        hit = np.isin(s_lid, bad_ids)
+        for p in unique(rt.pidx[s_ent[hit]]).tolist():
+            links = sorted({self._link_names[i] for i in s_lid[hit & (rt.pidx[s_ent] == p)].tolist()})
+            lo, hi = int(rt.pstart[p]), int(rt.pstart[p + 1])
+            out[rt.pairs[p]] = {"slow_links": links,
+                                "route_excess_us": {rt.route[e]: round(float(rt.v[e, 2] / rt.v[e, 3]), 1)
+                                                    for e in range(lo, hi) if rt.v[e, 3]}}
         return out
 
     def _route_candidates(self, pair: Pair, symptom: str) -> dict[str, float]:
@@ -445,26 +447,26 @@ class Analyzer:
         vote and its ECMP siblings, which the pair's healthy flows crossed,
         get none (per-flow blame, as in 007: Arzani et al., NSDI 2018).
         Without routed evidence the pair's possible paths share the vote."""
-        ev = self._by_route.get(pair)
-        if not ev:
+        rt = self._rt
+        k = rt.index.get(pair)
+        if k is None:
             return self._candidates(pair)
-        share: dict[tuple[str, str], float] = {}
-        if symptom in ("loss", "unreachable"):
-            lost = sum(v[1] for v in ev.values())
-            share = {k: v[1] / lost for k, v in ev.items() if v[1] > 0} if lost else {}
-        else:
-            slow = {k: v[0] for k, v in ev.items() if _route_is_slow(v)}
-            total = sum(slow.values())
-            share = {k: n / total for k, n in slow.items()} if total else {}
+        lo, hi = int(rt.pstart[k]), int(rt.pstart[k + 1])
+        # Per entry: its lost probes, or its probes when the route was slow.
+        w = rt.v[lo:hi, 1] if symptom in ("loss", "unreachable") else np.where(
+            rt.slow()[lo:hi], rt.v[lo:hi, 0], 0.0)
+        total = float(w.sum())
+        share = {(rt.src[lo + i], rt.route[lo + i]): float(w[i]) / total
+                 for i in np.flatnonzero(w > 0).tolist()} if total else {}
         if not share:
             return self._candidates(pair)
         got: dict[str, float] = defaultdict(float)
-        for (src, route), w in share.items():
+        for (src, route), part in share.items():
             links, complete = self._route_links(pair, src, route)
             if not complete:
                 return self._candidates(pair)
             for link in links:
-                got[link] += w
+                got[link] += part
         return dict(got)
 
     def _localize(self, anomalous: dict[Pair, str], healthy: set[Pair],
@@ -496,7 +498,7 @@ class Analyzer:
         size than another) the RTT excess, received probes, level, rows that
         saw the route and rows that found it slow. Summed in one pass over
         the batch's route entries; only the sums become Python values."""
-        self._by_route = {}
+        self._rt = RouteSums.empty()
         self._flagged_links = set()
         if not len(b):
             return
@@ -535,16 +537,49 @@ class Analyzer:
         keys = np.stack([pa[wi], pb[wi], b.src[wi], b.r_route[keep]], axis=1)
         uniq, inv = unique_rows_inverse(keys)
         u = len(uniq)
+        v = np.stack([np.bincount(inv, weights=w, minlength=u) for w in (
+            sent.astype(np.float64), lost.astype(np.float64), excess * n, n,
+            np.where(ok, level, 0.0) * n, ok.astype(np.float64), slow.astype(np.float64))],
+            axis=1)
+        # uniq is sorted by pair: each pair's entries are one run.
+        starts = np.flatnonzero(np.r_[True, np.any(uniq[1:, :2] != uniq[:-1, :2], axis=1)])
+        pairs = [(names[a], names[c]) for a, c in uniq[starts, :2].tolist()]
+        pidx = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, u]))
+        lptr, lid = self._entry_links(b, uniq)
+        self._rt = RouteSums(pairs, {p: k for k, p in enumerate(pairs)},
+                              np.r_[starts, u].astype(np.int64), pidx,
+                              [names[x] for x in uniq[:, 2].tolist()],
+                              [b.route_names[x] for x in uniq[:, 3].tolist()], v, lptr, lid)
 
-        def total(w: np.ndarray) -> list[float]:
-            return list(np.bincount(inv, weights=w, minlength=u).tolist())
-        cols = zip(total(sent.astype(np.float64)), total(lost.astype(np.float64)),
-                   total(excess * n), total(n), total(np.where(ok, level, 0.0) * n),
-                   total(ok.astype(np.float64)), total(slow.astype(np.float64)), strict=True)
-        rn = b.route_names
-        by_route = self._by_route
-        for (a, c, src, r), v in zip(uniq.tolist(), cols, strict=True):
-            by_route.setdefault((names[a], names[c]), {})[(names[src], rn[r])] = list(v)
+    def _entry_links(self, b: WindowBatch, uniq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each route entry's known links as link ids (CSR). Cached by codes
+        while batches share their name lists, by names otherwise."""
+        names, rnames = b.names, b.route_names
+        cur = self._code_links_names
+        if cur is None or cur[0] is not names or cur[1] is not rnames:
+            self._code_links = {}
+            self._code_links_names = (names, rnames)
+        cache = self._code_links
+        lists: list[tuple[int, ...]] = []
+        for key in map(tuple, uniq.tolist()):
+            got = cache.get(key)
+            if got is None:
+                a, c, src, r = key
+                links = self._route_links((names[a], names[c]), names[src], rnames[r])[0]
+                got = cache[key] = tuple(self._link_id(k) for k in links)
+            lists.append(got)
+        lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        lptr = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum(lens, out=lptr[1:])
+        lid = np.fromiter((x for t in lists for x in t), dtype=np.int64, count=int(lptr[-1]))
+        return lptr, lid
+
+    def _link_id(self, link: str) -> int:
+        got = self._link_index.get(link)
+        if got is None:
+            got = self._link_index[link] = len(self._link_names)
+            self._link_names.append(link)
+        return got
 
     def process(self, start: float, end: float, windows: WindowBatch | Sequence[WindowStats]
                 ) -> list[Incident]:
@@ -1013,11 +1048,6 @@ class Analyzer:
                          incidents=sorted(incidents.values(), key=lambda i: i.id))
 
 
-
-
-def _route_is_slow(v: list[float]) -> bool:
-    """Most size rows that saw the route (two at least) found it slow."""
-    return v[6] >= 2 and v[6] >= 0.75 * v[5]
 
 
 def _overall(verdicts: list[PairVerdict]) -> str:
