@@ -49,6 +49,43 @@ def received_by_group(group: np.ndarray, rtt: np.ndarray, g: int
     return sent, received, gr[order], rt[order], starts
 
 
+def grouped(keys: np.ndarray, rtt: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                       np.ndarray]:
+    """(distinct key rows sorted, each row's group, then received_by_group's
+    five arrays) for non-negative int64 key rows. Two sorts instead of
+    three: the RTTs once, then one stable sort by the packed key groups the
+    rows and leaves each group's RTTs in order (lost probes, sorted as
+    infinite, at each group's end)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    spans = keys.max(axis=0) + 1 if len(keys) else np.ones(keys.shape[1], dtype=np.int64)
+    if float(np.prod(spans.astype(np.float64))) >= 2.0 ** 62:  # too wide to pack
+        uniq, group = unique_rows_inverse(keys)
+        return (uniq, group, *received_by_group(group, rtt, len(uniq)))
+    flat = np.zeros(len(keys), dtype=np.int64)
+    for j in range(keys.shape[1]):
+        flat = flat * spans[j] + keys[:, j]
+    ok = np.isfinite(rtt)
+    by_rtt = np.argsort(np.where(ok, rtt, np.inf))
+    order = by_rtt[np.argsort(flat[by_rtt], kind="stable")]
+    fs = flat[order]
+    first = np.empty(len(fs), dtype=bool)
+    first[:1] = True
+    np.not_equal(fs[1:], fs[:-1], out=first[1:])
+    gid = np.cumsum(first) - 1
+    g = int(gid[-1]) + 1 if len(gid) else 0
+    group = np.empty(len(keys), dtype=np.int64)
+    group[order] = gid
+    uniq = keys[order[first]]
+    okk = ok[order]
+    sent = np.bincount(gid, minlength=g)
+    gr = gid[okk]
+    received = np.bincount(gr, minlength=g)
+    starts = np.zeros(g, dtype=np.int64)
+    starts[1:] = np.cumsum(received)[:-1]
+    return uniq, group, sent, received, gr, rtt[order][okk], starts
+
+
 def compute_windows_parallel(rec: ProbeRecords, window_s: float = 30.0, parts: int = 2
                              ) -> list[WindowStats]:
     return window_batch_parallel(rec, window_s, parts).windows()
@@ -86,9 +123,8 @@ def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
     proto_names, proto_code = rec.factorized("proto")
     widx = np.floor(rec.ts / window_s).astype(np.int64)
     keys = np.stack([widx, src_code, dst_code, rec.size, proto_code], axis=1)
-    uniq, group = unique_rows_inverse(keys)
+    uniq, group, sent, received, gr, rt, starts = grouped(keys, rec.rtt_us)
     g = len(uniq)
-    sent, received, gr, rt, starts = received_by_group(group, rec.rtt_us, g)
     has = received > 0
     safe_counts = np.maximum(received, 1)
     safe_starts = np.where(has, starts, 0)
@@ -145,10 +181,8 @@ def _route_stats(group: np.ndarray, code: np.ndarray, rtt: np.ndarray, g: int
     if len(group) == 0:
         return ptr, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), \
             np.zeros(0, dtype=np.int64), np.zeros(0)
-    keys = np.stack([group, code], axis=1)
-    uniq, sub = unique_rows_inverse(keys)
+    uniq, _, sent, received, _, rt, starts = grouped(np.stack([group, code], axis=1), rtt)
     m = len(uniq)
-    sent, received, _, rt, starts = received_by_group(sub, rtt, m)
     med = np.full(m, np.nan)
     has = received > 0
     if has.any():
