@@ -473,13 +473,18 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                 near = _near_assignments(c, cols, tolerance)
             else:
                 near = _near_assignments(c, cols, tolerance)
+                # The transfers themselves are a second, independent witness.
+                # A swap the pace cannot exclude is kept only if they leave
+                # it open too; a swap they clearly prefer to the pace's
+                # choice is kept whatever the pace says (two witnesses that
+                # disagree settle nothing: a pace can look strong by chance,
+                # and with two replicas its four scores are one number).
+                t = transfer_scores(prev, nxt, ntx, nrx, rail_of)
                 if any(len(x) > 1 for x in near):
-                    # A swap the pace cannot exclude: the transfers themselves
-                    # are a second, independent witness. Only a swap that
-                    # both leave open is kept.
-                    t = transfer_scores(prev, nxt, ntx, nrx, rail_of)
                     excluded = _near_assignments(t, cols, 2 * TRANSFER_MARGIN)
                     near = [np.intersect1d(a, b) for a, b in zip(near, excluded, strict=True)]
+                contradicted = _near_assignments(t, cols, -2 * TRANSFER_MARGIN)
+                near = [np.union1d(a, b) for a, b in zip(near, contradicted, strict=True)]
             extra = sum(len(x) - 1 for x in near)
             if extra:
                 notes.append(f"rails {list(key)}: stages {s - 1}/{s}: kept {extra} alternative "

@@ -345,3 +345,18 @@ def test_a_list_wider_than_the_skeleton_is_never_vouched_for(interval):
     assert truth["j"].pairs <= sk.pairs
     if sk.pairs != truth["j"].pairs:
         assert sk.confidence <= 0.5 and any("partner" in n for n in sk.notes)
+
+
+def test_a_pace_the_transfers_contradict_does_not_decide_partners():
+    """Two replicas, eight stages, 0.1 s samples: at one boundary the pace
+    of the replicas looked strong enough to exclude a swap and chose it,
+    while the transfers between the stages clearly preferred the other
+    pairing, and 16 true pairs were dropped (recall 0.91). Two witnesses
+    that disagree settle nothing: both pairings are kept."""
+    shape = JobShape("j", dp=2, tp=8, pp=8)
+    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=0.1, shuffle=False),
+                           seed=3)
+    sk = got["j"]
+    assert (sk.dp, sk.tp, sk.pp) == (2, 8, 8)
+    assert truth["j"].pairs <= sk.pairs
+    assert sk.confidence <= 0.5 and sk.notes
