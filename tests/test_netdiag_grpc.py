@@ -215,8 +215,12 @@ def test_list_incidents_pages_through_more_than_a_message_holds(topo_file, tmp_p
     from netskel.model import Component, Incident
     from netskel.netdiag_client import run_netdiag
 
+    # Retention above what the test adds: the analyzer's tick may run at any
+    # moment and would trim closed incidents to the default 10,000 (a flake
+    # under load: the command line then saw 10,000 of 12,001).
     ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller="unix:/none",
-                                        listen=("127.0.0.1:0",)))
+                                        listen=("127.0.0.1:0",), incidents_kept=20_000,
+                                        incidents_max_age_s=1e12))
     pad = "x" * 400
 
     def add(k: int) -> None:
