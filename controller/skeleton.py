@@ -53,6 +53,7 @@ TRANSFER_MARGIN = 0.2  # partners' transfer correlation must beat the rest by th
 AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
+ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
 MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: partners unknowable
 
 
@@ -491,7 +492,13 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                              "partner(s) the evidence could not exclude")
             for i, close in enumerate(near):
                 chunks.extend(_same_rail_cross([prev[i]], [nxt[x] for x in close], rail_of))
-            chains = [chains[i] + [nxt[j]] for i, j in zip(rows, cols, strict=True)]
+            if extra:
+                # Who continues which chain is in doubt: a guess carried on
+                # would lend its pace history to the wrong replica at the
+                # next boundary. Start anew from this stage.
+                chains = [[u] for u in nxt]
+            else:
+                chains = [chains[i] + [nxt[j]] for i, j in zip(rows, cols, strict=True)]
     return chunks, notes
 
 
@@ -521,6 +528,17 @@ def _near_assignments(c: np.ndarray, cols: np.ndarray, tolerance: float | np.nda
     # loss[i, j]: row i takes column j, its holder takes row i's column.
     loss = mine[:, None] + mine[holder][None, :] - c - c[holder][:, cols].T
     return [np.flatnonzero(row) for row in loss <= tolerance]
+
+
+def one_way_outliers(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray,
+                     share: float = ONE_WAY_SHARE) -> np.ndarray:
+    """Each endpoint's samples outside collectives whose |tx - rx| is in the
+    top `share` of its samples (collective ones counted as zero; the
+    threshold from every other sample: a quantile needs no more)."""
+    net = np.abs(tx - rx)
+    net[mask] = 0.0
+    top = np.quantile(net[:, ::2], 1.0 - share, axis=1, keepdims=True)
+    return np.asarray((net > top) & (net > 0))
 
 
 def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
@@ -580,6 +598,12 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # High-passed traffic is linear in the bytes: sent and received apiece,
     # their sum for the tensor split.
     htx, hrx = high_passed(tx, mask, r.dt), high_passed(rx, mask, r.dt)
+    # Transfer evidence without each endpoint's largest one-way samples:
+    # random one-way bursts and checkpoint writes (hundreds of MB, one
+    # direction, partner of nobody) outweigh every activation in a
+    # correlation.
+    lone = one_way_outliers(tx, rx, mask)
+    ttx, trx = np.where(lone, 0.0, htx), np.where(lone, 0.0, hrx)
     fine = htx + hrx
     # Replica units: a container's endpoints within one stage, split where
     # they serve several replicas.
@@ -603,7 +627,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     notes: list[str] = []
     widened = False
     if pp > 1:
-        ntx, nrx = (_group_residual(v, groups) for v in (htx, hrx))
+        ntx, nrx = (_group_residual(v, groups) for v in (ttx, trx))
         level = [float(np.median(offset[st])) for st in stage_sets]
         resolved = [abs(b - a) >= MIN_GAP_SAMPLES * r.dt for a, b in zip(level, level[1:], strict=False)]
         more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx, resolved)
