@@ -164,6 +164,12 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     end = float(ts[bounds[1:] - 1].min())
     if end - start < 4 * dt:
         raise InputError("endpoints' recordings do not overlap in time")
+    most = int(np.diff(bounds).max())
+    if (end - start) / dt > 4 * most + 64:
+        # A grid far finer than the rows can fill: timestamps that are not a
+        # sampling (and an (endpoints x grid) array that would not fit).
+        raise InputError(f"throughput timestamps span {end - start:.6g} s at a {dt:.6g} s "
+                         f"interval, more than 4x the {most} samples of any endpoint")
 
     def cumulative(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """Bytes counted so far, through counter resets (a drop means the
@@ -602,9 +608,11 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # random one-way bursts and checkpoint writes (hundreds of MB, one
     # direction, partner of nobody) outweigh every activation in a
     # correlation.
-    lone = one_way_outliers(tx, rx, mask)
-    ttx, trx = np.where(lone, 0.0, htx), np.where(lone, 0.0, hrx)
     fine = htx + hrx
+    lone = one_way_outliers(tx, rx, mask)
+    htx[lone] = 0.0
+    hrx[lone] = 0.0
+    del lone
     # Replica units: a container's endpoints within one stage, split where
     # they serve several replicas.
     cont_of = {e: topo.endpoints[e].container for e in eps}
@@ -627,7 +635,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     notes: list[str] = []
     widened = False
     if pp > 1:
-        ntx, nrx = (_group_residual(v, groups) for v in (ttx, trx))
+        ntx, nrx = (_group_residual(v, groups) for v in (htx, hrx))
         level = [float(np.median(offset[st])) for st in stage_sets]
         resolved = [abs(b - a) >= MIN_GAP_SAMPLES * r.dt for a, b in zip(level, level[1:], strict=False)]
         more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx, resolved)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -403,3 +404,23 @@ def test_a_doubtful_boundary_does_not_lend_its_pace_history_on():
     shape = JobShape("j", dp=8, tp=4, pp=4)
     got, truth = run_infer([shape], Noise(duration_s=180, interval_s=0.05, shuffle=False), seed=1)
     assert truth["j"].pairs <= got["j"].pairs
+
+
+def test_timestamps_that_are_no_sampling_are_one_error_not_an_oom(tmp_path, capsys):
+    """Three rows a microsecond apart and one 1,000 s later per endpoint: the
+    median step (1 us) over the overlap would be a grid of 10^9 samples per
+    endpoint (a fuzz run was killed by the kernel at 24 GB)."""
+    topo_doc, table, _ = simulate([JobShape("job7", dp=2, tp=8, pp=1)],
+                                  Noise(duration_s=10), seed=1)
+    eps = sorted(set(table.column("endpoint").to_pylist()))
+    ts = [0.0, 1e-6, 2e-6, 1000.0]
+    n = len(eps) * len(ts)
+    bad = pa.table({"ts": ts * len(eps), "endpoint": [e for e in eps for _ in ts],
+                    "tx_bytes": list(range(n)), "rx_bytes": list(range(n))})
+    (tmp_path / "t.json").write_text(json.dumps(topo_doc))
+    pq.write_table(bad, tmp_path / "tp.parquet")
+    out = tmp_path / "sk.json"
+    assert main(["infer", "--topology", str(tmp_path / "t.json"), "--throughput",
+                 str(tmp_path / "tp.parquet"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "more than 4x the 4 samples" in err[0]
