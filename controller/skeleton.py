@@ -53,7 +53,6 @@ TRANSFER_MARGIN = 0.2  # partners' transfer correlation must beat the rest by th
 AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
-ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
 MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: partners unknowable
 
 
@@ -536,17 +535,6 @@ def _near_assignments(c: np.ndarray, cols: np.ndarray, tolerance: float | np.nda
     return [np.flatnonzero(row) for row in loss <= tolerance]
 
 
-def one_way_outliers(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray,
-                     share: float = ONE_WAY_SHARE) -> np.ndarray:
-    """Each endpoint's samples outside collectives whose |tx - rx| is in the
-    top `share` of its samples (collective ones counted as zero; the
-    threshold from every other sample: a quantile needs no more)."""
-    net = np.abs(tx - rx)
-    net[mask] = 0.0
-    top = np.quantile(net[:, ::2], 1.0 - share, axis=1, keepdims=True)
-    return np.asarray((net > top) & (net > 0))
-
-
 def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
     """Each row minus its group's mean row, scaled to unit norm: what the
     group's members share (the iteration's common rhythm) removed."""
@@ -604,15 +592,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # High-passed traffic is linear in the bytes: sent and received apiece,
     # their sum for the tensor split.
     htx, hrx = high_passed(tx, mask, r.dt), high_passed(rx, mask, r.dt)
-    # Transfer evidence without each endpoint's largest one-way samples:
-    # random one-way bursts and checkpoint writes (hundreds of MB, one
-    # direction, partner of nobody) outweigh every activation in a
-    # correlation.
     fine = htx + hrx
-    lone = one_way_outliers(tx, rx, mask)
-    htx[lone] = 0.0
-    hrx[lone] = 0.0
-    del lone
     # Replica units: a container's endpoints within one stage, split where
     # they serve several replicas.
     cont_of = {e: topo.endpoints[e].container for e in eps}
