@@ -106,11 +106,11 @@ class Carry:
 def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
                 hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
                 max_groups: int = 64,
-                prior_probes: float = PRIOR_PROBES, margin: float = 0.0) -> np.ndarray:
+                prior_probes: float = PRIOR_PROBES) -> np.ndarray:
     """Rows hit by a significant pooled loss (see pooled_loss_carried), with
     no carry."""
     return pooled_loss_carried(g, sent, lost, hist_sent, hist_lost, floor, alpha, min_lost,
-                               max_groups, prior_probes, margin=margin)[0]
+                               max_groups, prior_probes)[0]
 
 
 def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,

@@ -11,7 +11,7 @@ import logging
 import math
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -368,14 +368,10 @@ class Analyzer:
         nl = len(self._link_names)
         sent_by = np.bincount(lid, weights=rt.v[ent, 0], minlength=nl)
         lost_by = np.bincount(lid, weights=rt.v[ent, 1], minlength=nl)
-        sent = dict(zip([self._link_names[i] for i in ids.tolist()], sent_by[ids].tolist(),
-                        strict=True))
-        lost = dict(zip(sent, lost_by[ids].tolist(), strict=True))
-        links = list(sent)
-        s = np.array([sent[k] for k in links]) + np.array(
-            [self._link_carry.get(k, (0.0, 0.0))[0] for k in links])
-        n = np.array([lost[k] for k in links]) + np.array(
-            [self._link_carry.get(k, (0.0, 0.0))[1] for k in links])
+        links = [self._link_names[i] for i in ids.tolist()]
+        sent, lost = sent_by[ids], lost_by[ids]  # this window's, per link
+        s = sent + np.array([self._link_carry.get(k, (0.0, 0.0))[0] for k in links])
+        n = lost + np.array([self._link_carry.get(k, (0.0, 0.0))[1] for k in links])
         hs = np.array([self._link_hist.get(k, (0.0, 0.0))[0] for k in links])
         hl = np.array([self._link_hist.get(k, (0.0, 0.0))[1] for k in links])
         logp = loss_logp(n, s * healthy_rate(hs, hl, cfg.loss_baseline), cfg.loss_min_lost)
@@ -389,10 +385,10 @@ class Analyzer:
                 for pair in (rt.pairs[i] for i in unique(rt.pidx[ent[on]]).tolist()):
                     out.setdefault(pair, {})[link] = [int(s[k]), int(n[k])]
             elif logp[k] < np.log(cfg.loss_near_alpha):
-                self._link_carry[link] = (sent[link], lost[link])  # to the next window only
+                self._link_carry[link] = (float(sent[k]), float(lost[k]))  # to the next window only
             else:  # healthy: part of the link's own history
                 h = self._link_hist.get(link, (0.0, 0.0))
-                self._link_hist[link] = (h[0] + sent[link], h[1] + lost[link])
+                self._link_hist[link] = (h[0] + float(sent[k]), h[1] + float(lost[k]))
         return out
 
     def _route_clears(self, healthy: set[Pair]) -> dict[str, int]:
@@ -581,9 +577,7 @@ class Analyzer:
             self._link_names.append(link)
         return got
 
-    def process(self, start: float, end: float, windows: WindowBatch | Sequence[WindowStats]
-                ) -> list[Incident]:
-        b = windows if isinstance(windows, WindowBatch) else WindowBatch.from_windows(windows)
+    def process(self, start: float, end: float, b: WindowBatch) -> list[Incident]:
         metrics.WINDOWS_ANALYZED.inc(len(b))
         if not len(b):
             return []
@@ -892,9 +886,8 @@ class Analyzer:
         mine = set(f.pairs)
         best, best_n = None, 0
         for k, inc_id in open_map.items():
-            theirs = self.incidents[inc_id].pairs
-            n = sum(1 for p in theirs if p in mine)
-            if n and 2 * n >= min(len(mine), len(theirs)) and n > best_n:
+            n = _half_shared(mine, self.incidents[inc_id].pairs)
+            if n > best_n:
                 best, best_n = k, n
         if best is None and f.component.type in ("link", "switch"):
             # An open guess about pairs that mostly may cross this component:
@@ -1079,12 +1072,18 @@ def _continued(streaks: dict[tuple[str, str], _Streak], pairs: Sequence[Pair]) -
     mine = set(pairs)
     best = None
     for st in streaks.values():
-        n = len(mine & st.pairs)
-        if n and 2 * n >= min(len(mine), len(st.pairs)) and (best is None or st.first < best.first
-                                                              or (st.first == best.first
-                                                                  and st.count > best.count)):
+        if _half_shared(mine, st.pairs) and (best is None or st.first < best.first
+                                             or (st.first == best.first
+                                                 and st.count > best.count)):
             best = st
     return best
+
+
+def _half_shared(mine: set[Pair], theirs: Collection[Pair]) -> int:
+    """How many pairs the two sets share, when that is at least half of the
+    smaller one (the same fault seen twice), else 0."""
+    n = sum(1 for p in theirs if p in mine)
+    return n if n and 2 * n >= min(len(mine), len(theirs)) else 0
 
 
 def _window_evidence(w: WindowStats, obs: Observation, i: int) -> dict[str, object]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from analyzer.batch import STAT_FIELDS, WindowBatch
 from analyzer.records import ProbeRecords
-from netskel.arrays import unique_rows_inverse
+from netskel.arrays import packed_rows, unique_rows_inverse
 from netskel.model import TAIL_SHIFT_US, WindowStats
 
 QUANTILES = (0.25, 0.5, 0.75)
@@ -58,13 +58,10 @@ def grouped(keys: np.ndarray, rtt: np.ndarray
     rows and leaves each group's RTTs in order (lost probes, sorted as
     infinite, at each group's end)."""
     keys = np.asarray(keys, dtype=np.int64)
-    spans = keys.max(axis=0) + 1 if len(keys) else np.ones(keys.shape[1], dtype=np.int64)
-    if float(np.prod(spans.astype(np.float64))) >= 2.0 ** 62:  # too wide to pack
+    flat = packed_rows(keys)
+    if flat is None:  # too wide to pack
         uniq, group = unique_rows_inverse(keys)
         return (uniq, group, *received_by_group(group, rtt, len(uniq)))
-    flat = np.zeros(len(keys), dtype=np.int64)
-    for j in range(keys.shape[1]):
-        flat = flat * spans[j] + keys[:, j]
     ok = np.isfinite(rtt)
     by_rtt = np.argsort(np.where(ok, rtt, np.inf))
     order = by_rtt[np.argsort(flat[by_rtt], kind="stable")]

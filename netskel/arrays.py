@@ -38,15 +38,26 @@ def factorize(values: np.ndarray) -> tuple[list[str], np.ndarray]:
     return [str(names[i]) for i in rank], remap[codes]
 
 
+def packed_rows(keys: np.ndarray) -> np.ndarray | None:
+    """Non-negative int64 key rows as one mixed-radix int64 each, in the rows'
+    lexicographic order; None when the product of their spans needs more
+    than 62 bits."""
+    keys = np.asarray(keys, dtype=np.int64)
+    spans = keys.max(axis=0) + 1 if len(keys) else np.ones(keys.shape[1], dtype=np.int64)
+    if float(np.prod(spans.astype(np.float64))) >= 2.0 ** 62:
+        return None
+    flat = np.zeros(len(keys), dtype=np.int64)
+    for j in range(keys.shape[1]):
+        flat = flat * spans[j] + keys[:, j]
+    return flat
+
+
 def unique_rows_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Like np.unique(keys, axis=0, return_inverse=True) for non-negative int64
     rows: one mixed-radix key when it fits in 63 bits, else a lexsort."""
     keys = np.asarray(keys, dtype=np.int64)
-    spans = keys.max(axis=0) + 1 if len(keys) else np.ones(keys.shape[1], dtype=np.int64)
-    if float(np.prod(spans.astype(np.float64))) < 2.0 ** 62:
-        flat = np.zeros(len(keys), dtype=np.int64)
-        for j in range(keys.shape[1]):
-            flat = flat * spans[j] + keys[:, j]
+    flat = packed_rows(keys)
+    if flat is not None:
         _, inverse = unique_inverse(flat)
     else:
         order = np.lexsort(keys.T[::-1])
