@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
@@ -53,6 +54,7 @@ TRANSFER_MARGIN = 0.2  # partners' transfer correlation must beat the rest by th
 AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
+ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
 MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: partners unknowable
 
 
@@ -451,46 +453,22 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
             rows, cols = max_assignment(c)
             assigned = c[rows, cols]
             chance = _chance_assignment(tmpl, nrows)
-            # A swap's loss carries four scores' noise (2 noise units); a true
-            # partner lost to noise shows a loss near minus the two rows'
-            # signals plus noise, so the weaker the pace of the two replicas
-            # a swap involves, the wider it is kept (replicas' paces differ:
-            # a job-wide median would trust the weak ones as much as the
-            # strong ones).
-            strength = np.maximum(assigned - chance, 0.0)
-            holder = np.empty_like(cols)
-            holder[cols] = np.arange(len(cols))
-            both = strength[:, None] + strength[holder][None, :]
-            tolerance: float | np.ndarray = np.maximum(2 * AMBIGUITY * noise,
-                                                       2 * MISS_Z * noise - both)
+            t = transfer_scores(prev, nxt, ntx, nrx, rail_of)
+            t_cols = max_assignment(t)[1]
             if len(chains) > 1 and float(np.median(assigned)) < chance + CHAIN_SIGNIFICANCE * noise:
                 # The pace is too weak here: try the transfers themselves.
-                c = transfer_scores(prev, nxt, ntx, nrx, rail_of)
-                rows, cols = max_assignment(c)
-                others = (c.sum(axis=1) - c[rows, cols]) / max(1, len(nxt) - 1)
-                if float(np.median(c[rows, cols] - others)) < TRANSFER_MARGIN:
+                others = (t.sum(axis=1) - t[rows, t_cols]) / max(1, len(nxt) - 1)
+                if float(np.median(t[rows, t_cols] - others)) < TRANSFER_MARGIN:
                     chunks.extend(_same_rail_cross(prev, nxt, rail_of))
                     notes.append(f"rails {list(key)}: stages {s - 1}/{s}: neither pace nor "
                                  "transfers tell partners, kept all cross pairs")
                     # Nobody knows who continues which chain: start anew.
                     chains = [[u] for u in nxt]
                     continue
-                tolerance = 2 * TRANSFER_MARGIN
-                near = _near_assignments(c, cols, tolerance)
+                cols = t_cols
+                near = transfer_near(t)
             else:
-                near = _near_assignments(c, cols, tolerance)
-                # The transfers themselves are a second, independent witness.
-                # A swap the pace cannot exclude is kept only if they leave
-                # it open too; a swap they clearly prefer to the pace's
-                # choice is kept whatever the pace says (two witnesses that
-                # disagree settle nothing: a pace can look strong by chance,
-                # and with two replicas its four scores are one number).
-                t = transfer_scores(prev, nxt, ntx, nrx, rail_of)
-                if any(len(x) > 1 for x in near):
-                    excluded = _near_assignments(t, cols, 2 * TRANSFER_MARGIN)
-                    near = [np.intersect1d(a, b) for a, b in zip(near, excluded, strict=True)]
-                contradicted = _near_assignments(t, cols, -2 * TRANSFER_MARGIN)
-                near = [np.union1d(a, b) for a, b in zip(near, contradicted, strict=True)]
+                near = _pace_near(c, cols, t, t_cols, assigned - chance, noise)
             extra = sum(len(x) - 1 for x in near)
             if extra:
                 notes.append(f"rails {list(key)}: stages {s - 1}/{s}: kept {extra} alternative "
@@ -505,6 +483,124 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
             else:
                 chains = [chains[i] + [nxt[j]] for i, j in zip(rows, cols, strict=True)]
     return chunks, notes
+
+
+def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarray,
+               strength: np.ndarray, noise: float) -> list[np.ndarray]:
+    """Partners the pace (c, assigned cols) and the transfers (t, their own
+    best assignment t_cols) leave open. A move's loss carries four scores'
+    noise (2 noise units); a true partner lost to noise shows a loss near
+    minus the two rows' signals plus noise, so the weaker the pace of the
+    two replicas a move involves, the wider it is kept (replicas' paces
+    differ: a job-wide median would trust the weak ones as much as the
+    strong ones). A row's pace counts as strong only where the transfers
+    choose the same partner: a pace can look strong by chance, and a wrong
+    assignment is then trusted most where it is wrong.
+    The transfers are a second, independent witness: a move the pace cannot
+    exclude is kept only if they leave it open too; where they clearly
+    choose another partner, or clearly prefer a swap, both choices are kept
+    (two witnesses that disagree settle nothing; with two replicas the
+    pace's four scores are one number)."""
+    n = len(cols)
+    strength = np.where(t_cols == cols, np.maximum(strength, 0.0), 0.0)
+    holder = np.empty_like(cols)
+    holder[cols] = np.arange(n)
+    both = strength[:, None] + strength[holder][None, :]
+    tolerance = np.maximum(2 * AMBIGUITY * noise, 2 * miss_z(n - 1) * noise - both)
+    near = _near_assignments(c, cols, tolerance)
+    if any(len(x) > 1 for x in near):
+        near = [np.intersect1d(a, b) for a, b in zip(near, transfer_near(t), strict=True)]
+    sure = ~_transfer_evidence(t, t_cols)[2] if n >= 3 else np.zeros(n, dtype=bool)
+    preferred = _preferred_swaps(t, cols, 2 * TRANSFER_MARGIN)
+    return [np.union1d(np.union1d(x, p), [cols[i], t_cols[i]] if sure[i] else [cols[i]])
+            for i, (x, p) in enumerate(zip(near, preferred, strict=True))]
+
+
+def _forced_loss(c: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """loss[i, j]: how much less the best assignment that gives row i
+    column j totals than the chosen one. Not only a swap with j's holder:
+    the holder may move on to a third column, and so on until a row takes
+    row i's old column (a wrong assignment is often a cycle of three or
+    four, and the true partner then looks worse by one swap than it is).
+    Shortest chains of moves between columns (Floyd-Warshall); `cols`
+    must be a best assignment of `c` (else a cycle of moves gains, and
+    there is no shortest chain)."""
+    n = len(cols)
+    holder = np.empty_like(cols)
+    holder[cols] = np.arange(n)
+    mine = c[np.arange(n), cols]
+    # move[j, k]: j's holder moves from column j to column k.
+    dist = mine[holder][:, None] - c[holder]
+    np.fill_diagonal(dist, 0.0)
+    for k in range(n):
+        np.minimum(dist, dist[:, k:k + 1] + dist[k:k + 1, :], out=dist)
+    return np.asarray(mine[:, None] - c + dist[:, cols].T)
+
+
+def _preferred_swaps(c: np.ndarray, cols: np.ndarray, margin: float) -> list[np.ndarray]:
+    """For each row, its assigned column and every column whose swap with
+    its holder gains more than `margin`. One swap, not the best chain of
+    moves: a chain's gain is the best of many noisy sums, and a witness with
+    nothing to say would seem to prefer something."""
+    holder = np.empty_like(cols)
+    holder[cols] = np.arange(len(cols))
+    mine = c[np.arange(len(cols)), cols]
+    loss = mine[:, None] + mine[holder][None, :] - c - c[holder][:, cols].T
+    return [np.flatnonzero(row) for row in loss <= -margin]
+
+
+def _transfer_evidence(c: np.ndarray, cols: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Loss of each move (`_forced_loss`), its z-score and the rows whose
+    assigned score does not stand out, from transfer scores (at least three
+    rows; `cols` their best assignment). Each row's scores away from its
+    assignment show its noise; a move's loss carries four scores' noise,
+    less the two rows' strength beyond what the best of their noise reaches
+    by luck (a true partner the assignment missed shows
+    a loss of at most that noise). A row stands out at MISS_Z corrected for
+    every alternative it has: with hundreds of replicas some noise score is
+    several levels high."""
+    n = len(cols)
+    rows = np.arange(n)
+    holder = np.empty_like(cols)
+    holder[cols] = rows
+    mine = c[rows, cols]
+    off = np.where(rows[None, :] == cols[:, None], np.nan, c)
+    mu = np.nanmean(off, axis=1)
+    # Too few alternatives per row (eight or fewer): one spread for all.
+    sd = np.maximum(np.nanstd(off, axis=1, ddof=1) if n > 8
+                    else np.full(n, float(np.nanstd(off - mu[:, None], ddof=1))), 1e-9)
+    best_by_luck = NormalDist().inv_cdf(1.0 - 1.0 / n)
+    strength = np.maximum(mine - mu - best_by_luck * sd, 0.0)
+    both = strength[:, None] + strength[holder][None, :]
+    spread = np.sqrt(2.0 * (sd[:, None] ** 2 + sd[holder][None, :] ** 2))
+    loss = _forced_loss(c, cols)
+    return loss, (loss + both) / spread, (mine - mu) < miss_z(n - 1) * sd
+
+
+def transfer_near(c: np.ndarray) -> list[np.ndarray]:
+    """For each row, its column in the best assignment by transfer scores
+    and every column they cannot rule out (`_transfer_evidence`). A row
+    whose assigned score does not stand out tells nothing: its true partner
+    may be any column held by another such row (a column held by a row that
+    does stand out is that row's)."""
+    _, cols = max_assignment(c)
+    n = len(cols)
+    if n < 3:  # no spread to estimate: the fixed margin
+        return _near_assignments(c, cols, 2 * TRANSFER_MARGIN)
+    loss, z, unresolved = _transfer_evidence(c, cols)
+    keep = (loss <= 2 * TRANSFER_MARGIN) | (z <= miss_z(n - 1))
+    near = [np.flatnonzero(row) for row in keep]
+    if unresolved.sum() > 1:
+        free = cols[unresolved]
+        near = [np.union1d(x, free) if unresolved[i] else x for i, x in enumerate(near)]
+    return near
+
+
+def miss_z(alternatives: int) -> float:
+    """MISS_Z for one alternative, Bonferroni-corrected for `alternatives`."""
+    p = 1.0 - NormalDist().cdf(MISS_Z)
+    return NormalDist().inv_cdf(1.0 - p / max(1, alternatives))
 
 
 def _chance_assignment(tmpl: np.ndarray, rows: np.ndarray, shifts: int = 5) -> float:
@@ -522,17 +618,23 @@ def _chance_assignment(tmpl: np.ndarray, rows: np.ndarray, shifts: int = 5) -> f
 
 def _near_assignments(c: np.ndarray, cols: np.ndarray, tolerance: float | np.ndarray
                       ) -> list[np.ndarray]:
-    """For each row, its assigned column and every column it could take by
-    swapping partners with another row at a loss within `tolerance` (one
-    value, or one per row and column).
+    """For each row, its assigned column and every column it could take at a
+    loss within `tolerance` (one value, or one per row and column; the loss
+    of the best assignment that gives it that column, `_forced_loss`).
     Partners are one-to-one, so a unit that scores well with a column already
-    clearly taken is no real alternative: the swap is what must be close."""
-    holder = np.empty_like(cols)
-    holder[cols] = np.arange(len(cols))
-    mine = c[np.arange(len(cols)), cols]
-    # loss[i, j]: row i takes column j, its holder takes row i's column.
-    loss = mine[:, None] + mine[holder][None, :] - c - c[holder][:, cols].T
-    return [np.flatnonzero(row) for row in loss <= tolerance]
+    clearly taken is no real alternative: the whole exchange must be close."""
+    return [np.flatnonzero(row) for row in _forced_loss(c, cols) <= tolerance]
+
+
+def one_way_outliers(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray,
+                     share: float = ONE_WAY_SHARE) -> np.ndarray:
+    """Each endpoint's samples outside collectives whose |tx - rx| is in the
+    top `share` of its samples (collective ones counted as zero; the
+    threshold from every other sample: a quantile needs no more)."""
+    net = np.abs(tx - rx)
+    net[mask] = 0.0
+    top = np.quantile(net[:, ::2], 1.0 - share, axis=1, keepdims=True)
+    return np.asarray((net > top) & (net > 0))
 
 
 def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
@@ -592,7 +694,15 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # High-passed traffic is linear in the bytes: sent and received apiece,
     # their sum for the tensor split.
     htx, hrx = high_passed(tx, mask, r.dt), high_passed(rx, mask, r.dt)
+    # Transfer evidence without each endpoint's largest one-way samples:
+    # random one-way bursts and checkpoint writes (hundreds of MB, one
+    # direction, partner of nobody) outweigh every activation in a
+    # correlation.
     fine = htx + hrx
+    lone = one_way_outliers(tx, rx, mask)
+    htx[lone] = 0.0
+    hrx[lone] = 0.0
+    del lone
     # Replica units: a container's endpoints within one stage, split where
     # they serve several replicas.
     cont_of = {e: topo.endpoints[e].container for e in eps}
