@@ -466,7 +466,7 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                     chains = [[u] for u in nxt]
                     continue
                 cols = t_cols
-                near = transfer_near(t)
+                near = transfer_near(t, t_cols)[0]
             else:
                 near = _pace_near(c, cols, t, t_cols, assigned - chance, noise)
             extra = sum(len(x) - 1 for x in near)
@@ -503,14 +503,13 @@ def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarra
     pace's four scores are one number)."""
     n = len(cols)
     strength = np.where(t_cols == cols, np.maximum(strength, 0.0), 0.0)
-    holder = np.empty_like(cols)
-    holder[cols] = np.arange(n)
+    holder = _holders(cols)
     both = strength[:, None] + strength[holder][None, :]
     tolerance = np.maximum(2 * AMBIGUITY * noise, 2 * miss_z(n - 1) * noise - both)
     near = _near_assignments(c, cols, tolerance)
+    t_near, sure = transfer_near(t, t_cols)
     if any(len(x) > 1 for x in near):
-        near = [np.intersect1d(a, b) for a, b in zip(near, transfer_near(t), strict=True)]
-    sure = ~_transfer_evidence(t, t_cols)[2] if n >= 3 else np.zeros(n, dtype=bool)
+        near = [np.intersect1d(a, b) for a, b in zip(near, t_near, strict=True)]
     preferred = _preferred_swaps(t, cols, 2 * TRANSFER_MARGIN)
     return [np.union1d(np.union1d(x, p), [cols[i], t_cols[i]] if sure[i] else [cols[i]])
             for i, (x, p) in enumerate(zip(near, preferred, strict=True))]
@@ -526,8 +525,7 @@ def _forced_loss(c: np.ndarray, cols: np.ndarray) -> np.ndarray:
     must be a best assignment of `c` (else a cycle of moves gains, and
     there is no shortest chain)."""
     n = len(cols)
-    holder = np.empty_like(cols)
-    holder[cols] = np.arange(n)
+    holder = _holders(cols)
     mine = c[np.arange(n), cols]
     # move[j, k]: j's holder moves from column j to column k.
     dist = mine[holder][:, None] - c[holder]
@@ -542,8 +540,7 @@ def _preferred_swaps(c: np.ndarray, cols: np.ndarray, margin: float) -> list[np.
     its holder gains more than `margin`. One swap, not the best chain of
     moves: a chain's gain is the best of many noisy sums, and a witness with
     nothing to say would seem to prefer something."""
-    holder = np.empty_like(cols)
-    holder[cols] = np.arange(len(cols))
+    holder = _holders(cols)
     mine = c[np.arange(len(cols)), cols]
     loss = mine[:, None] + mine[holder][None, :] - c - c[holder][:, cols].T
     return [np.flatnonzero(row) for row in loss <= -margin]
@@ -556,14 +553,13 @@ def _transfer_evidence(c: np.ndarray, cols: np.ndarray
     rows; `cols` their best assignment). Each row's scores away from its
     assignment show its noise; a move's loss carries four scores' noise,
     less the two rows' strength beyond what the best of their noise reaches
-    by luck (a true partner the assignment missed shows
-    a loss of at most that noise). A row stands out at MISS_Z corrected for
+    by luck (a true partner the assignment missed shows a loss of at most
+    that noise). A row stands out at MISS_Z corrected for
     every alternative it has: with hundreds of replicas some noise score is
     several levels high."""
     n = len(cols)
     rows = np.arange(n)
-    holder = np.empty_like(cols)
-    holder[cols] = rows
+    holder = _holders(cols)
     mine = c[rows, cols]
     off = np.where(rows[None, :] == cols[:, None], np.nan, c)
     mu = np.nanmean(off, axis=1)
@@ -578,23 +574,31 @@ def _transfer_evidence(c: np.ndarray, cols: np.ndarray
     return loss, (loss + both) / spread, (mine - mu) < miss_z(n - 1) * sd
 
 
-def transfer_near(c: np.ndarray) -> list[np.ndarray]:
-    """For each row, its column in the best assignment by transfer scores
-    and every column they cannot rule out (`_transfer_evidence`). A row
-    whose assigned score does not stand out tells nothing: its true partner
-    may be any column held by another such row (a column held by a row that
-    does stand out is that row's)."""
-    _, cols = max_assignment(c)
+def transfer_near(c: np.ndarray, cols: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """For each row, its column in `cols` (the best assignment by these
+    transfer scores) and every column they cannot rule out
+    (`_transfer_evidence`); and which rows stand out (none when fewer than
+    three: no spread to measure, a fixed margin instead). A row whose
+    assigned score does not stand out tells nothing: its true partner may be
+    any column held by another such row (a column held by a row that does
+    stand out is that row's)."""
     n = len(cols)
-    if n < 3:  # no spread to estimate: the fixed margin
-        return _near_assignments(c, cols, 2 * TRANSFER_MARGIN)
+    if n < 3:
+        return _near_assignments(c, cols, 2 * TRANSFER_MARGIN), np.zeros(n, dtype=bool)
     loss, z, unresolved = _transfer_evidence(c, cols)
     keep = (loss <= 2 * TRANSFER_MARGIN) | (z <= miss_z(n - 1))
     near = [np.flatnonzero(row) for row in keep]
     if unresolved.sum() > 1:
         free = cols[unresolved]
         near = [np.union1d(x, free) if unresolved[i] else x for i, x in enumerate(near)]
-    return near
+    return near, ~unresolved
+
+
+def _holders(cols: np.ndarray) -> np.ndarray:
+    """holder[j]: the row assigned column j (the inverse permutation)."""
+    holder = np.empty_like(cols)
+    holder[cols] = np.arange(len(cols))
+    return holder
 
 
 def miss_z(alternatives: int) -> float:
