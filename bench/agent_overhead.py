@@ -1,12 +1,15 @@
 """Agent cost: CPU seconds per 1,000 probes and resident memory, for one
-agent process probing 64 targets at 10 probes/s each, against an idle
+agent process probing 64 targets at 10 probes/s each; then the same while
+its own responder answers as many probes from those 64 peers (what a
+sidecar pays in a job, where every agent is also probed); against an idle
 agent (no targets) measured in the same run.
 
     python bench/agent_overhead.py [--targets 64] [--rate 10] [--seconds 30]
 
 Prints one JSON line. Everything runs on loopback addresses: the controller
-in this process, the 64 targets as registered responders in this process,
-the measured agent as its own process (`netskel agent`).
+in this process, the 64 targets as registered responders in this process
+(and, for the second figure, as probers of the agent), the measured agent
+as its own process (`netskel agent`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from controller.server import start_controller  # noqa: E402
 from netskel.api.v1 import controller_pb2 as pb  # noqa: E402
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc  # noqa: E402
 from netskel.config import ControllerConfig  # noqa: E402
-from probe_agent.udp import Responder  # noqa: E402
+from probe_agent.udp import Prober, ProbeTarget, Responder  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 BEFORE = 0.168  # CPU-s per 1,000 probes before the hot-path work (issue 16, 2026-11-23)
@@ -91,7 +94,9 @@ def free_port() -> int:
 
 
 def measure(sock: str, container: str, endpoint: str, seconds: float, rate: float,
-            expect_targets: int) -> dict[str, float]:
+            expect_targets: int, peers: tuple[str, ...] = ()) -> dict[str, float]:
+    """`peers`: addresses that probe the agent's responder meanwhile, each at
+    `rate` (from this process: their cost is not the agent's)."""
     mport = free_port()
     cmd = [sys.executable, "-m", "netskel.cli", "agent", "--controller", sock,
            "--container", container, "--job", "bench", "--host", container.replace("w", "h"),
@@ -108,9 +113,17 @@ def measure(sock: str, container: str, endpoint: str, seconds: float, rate: floa
             if time.monotonic() > deadline:
                 raise RuntimeError("agent did not start probing")
             time.sleep(0.2)
+        peer_stop = threading.Event()
+        prober = Prober({p: p for p in peers}, {p: (64, 256, 1024, 4096) for p in peers}, rate,
+                        1.0, lambda *a: None, lambda *a: None)
+        agent_ip = endpoint.split(",")[2]
+        prober.set_targets(ProbeTarget(p, container, agent_ip, 7100) for p in peers)
+        threading.Thread(target=prober.run, args=(peer_stop,), daemon=True).start()
         cpu0, sent0, t0 = proc_cpu(agent.pid), probes_sent(mport), time.monotonic()
         time.sleep(seconds)
         cpu1, sent1, t1 = proc_cpu(agent.pid), probes_sent(mport), time.monotonic()
+        peer_stop.set()
+        prober.close()
         return {"cpu_s": sum(cpu1) - sum(cpu0), "user_s": cpu1[0] - cpu0[0],
                 "sys_s": cpu1[1] - cpu0[1], "probes": sent1 - sent0, "wall_s": t1 - t0,
                 "rss_mb": proc_rss_mb(agent.pid)}
@@ -155,6 +168,8 @@ def main() -> None:
         keeper.start()
         try:
             busy = measure(sock, "w0", f"w0/e0,h0/n0,{ip(0)}", a.seconds, a.rate, a.targets)
+            both = measure(sock, "w0", f"w0/e0,h0/n0,{ip(0)}", a.seconds, a.rate, a.targets,
+                           peers=tuple(ip(h) for h in chosen))
             # Baseline: the same agent with its targets not ready (nothing to probe).
             hb_stop.set()
             keeper.join()
@@ -179,6 +194,9 @@ def main() -> None:
         # sender's sendto also runs the receiver's UDP input).
         "user_s_per_1000_probes": round(busy["user_s"] / max(busy["probes"], 1) * 1000, 4),
         "sys_s_per_1000_probes": round(busy["sys_s"] / max(busy["probes"], 1) * 1000, 4),
+        # The agent probing and answering as many probes: CPU per 1,000 sent.
+        "cpu_s_per_1000_probes_probing_and_answering": round(
+            both["cpu_s"] / max(both["probes"], 1) * 1000, 4),
         # Issue 16's measurement before the hot-path work (2026-11-23, same bench).
         "before_cpu_s_per_1000_probes": BEFORE,
         "cpu_fraction_of_one_core": round(busy["cpu_s"] / busy["wall_s"], 4),

@@ -50,6 +50,19 @@ def header(data: bytes) -> Probe | None:
     return Probe(kind=kind, size=size, seq=seq, token=token, t_send_ns=t_send, dwell_ns=dwell)
 
 
+def sent_fields(data: bytes) -> tuple[int, int, int] | None:
+    """(seq, token, t_send_ns) of our probe inside a packet the kernel handed
+    back from the error queue (behind the lower headers, maybe cut after
+    ours); None if none is there. `header` without building a Probe."""
+    at = data.find(MAGIC)
+    if at < 0 or len(data) - at < HEADER_SIZE:
+        return None
+    _magic, version, kind, _size, seq, token, t_send, _dwell = _HEADER.unpack_from(data, at)
+    if version != VERSION or kind != KIND_PROBE:
+        return None
+    return seq, token, t_send
+
+
 def probe_buffer(size: int) -> bytearray:
     """A probe of `size` bytes whose header `fill_probe` rewrites in place:
     the prober's hot path builds no object per probe."""

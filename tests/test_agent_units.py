@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -147,6 +148,12 @@ def test_probe_header_read_from_a_packet_cut_or_carrying_more():
     assert wire.header(packet[:wire.HEADER_SIZE]) is not None  # cut after the header
     assert wire.header(packet[:wire.HEADER_SIZE - 1]) is None
     assert wire.header(b"XXXX" + packet[4:]) is None
+    # The prober's reader of the error queue finds the header itself.
+    assert wire.sent_fields(b"\x00" * 28 + packet) == (7, 9, 123)
+    assert wire.sent_fields(packet[:wire.HEADER_SIZE]) == (7, 9, 123)
+    assert wire.sent_fields(b"\x00" * 28 + packet[:wire.HEADER_SIZE - 1]) is None
+    assert wire.sent_fields(b"XXXX" + packet[4:]) is None
+    assert wire.sent_fields(wire.reply_to(packet, 5)) is None  # a reply is not what we sent
 
 
 def test_prober_rtt_from_kernel_stamps_at_both_ends():
@@ -180,6 +187,105 @@ def test_prober_rtt_from_kernel_stamps_at_both_ends():
         assert _tx_stamps(r.sockets[0]) == []
     finally:
         stop.set()
+
+
+def test_prober_reads_replies_late_yet_measures_them_from_kernel_stamps():
+    """The prober does not wake for a reply: replies wait in the socket
+    until the next batch of sends (at 2 probes/s, up to IDLE_WAIT_S later).
+    The RTT must still be the kernel's, not the time the reply was read."""
+    from probe_agent.udp import IDLE_WAIT_S, KERNEL, Prober, ProbeTarget
+
+    stop = threading.Event()
+    r = Responder(["127.0.0.1"], 0)
+    threading.Thread(target=r.serve, args=(stop,), daemon=True).start()
+    got: list[tuple[float, float, float]] = []  # (t_send_s, read at, rtt_us)
+    done = threading.Event()
+
+    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+        got.append((t, time.time(), rtt_us))
+        if len(got) >= 6:
+            done.set()
+
+    p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, 2.0, 1.0, lambda *a: None, on_reply)
+    p.set_targets([ProbeTarget("a", "b", "127.0.0.1", r.port)])
+    threading.Thread(target=p.run, args=(stop,), daemon=True).start()
+    try:
+        assert done.wait(20), f"{len(got)} replies"
+        if not p.kernel_stamps:
+            pytest.skip("no SO_TIMESTAMPING on this kernel")
+        assert p.timestamping == KERNEL
+        late = [read - t for t, read, _ in got]
+        assert np.median(late) > IDLE_WAIT_S / 2  # read on the next wake-up, not at once
+        assert max(rtt for _, _, rtt in got) < 20_000  # a loopback RTT, not the wait
+    finally:
+        stop.set()
+        r.close()
+        p.close()
+
+
+def test_responder_that_waits_between_wake_ups_reports_the_wait_as_dwell():
+    """The responder sleeps a gap after answering; probes that arrive
+    meanwhile wait in the socket. Their replies must carry that wait as
+    dwell (from the kernel's receive stamp), so RTT minus dwell stays the
+    path's."""
+    import select
+
+    gap, every, n = 0.2, 0.05, 6  # probes every 50 ms: some land in a 200 ms gap
+    stop = threading.Event()
+    r = Responder(["127.0.0.1"], 0, gap_s=gap)
+    threading.Thread(target=r.serve, args=(stop,), daemon=True).start()
+    sent: dict[int, int] = {}
+    out: list[tuple[int, int]] = []  # (rtt ns by our clock, dwell ns the responder reports)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            t0 = time.monotonic()
+            deadline = t0 + 10
+            while len(out) < n and time.monotonic() < deadline:
+                next_send = t0 + len(sent) * every if len(sent) < n else deadline
+                readable, _, _ = select.select([s], [], [], max(0.0, next_send - time.monotonic()))
+                if readable:
+                    reply = wire.decode(s.recv(2048))
+                    assert reply is not None and reply.seq in sent
+                    out.append((time.monotonic_ns() - sent[reply.seq], reply.dwell_ns))
+                elif len(sent) < n:
+                    seq = len(sent)
+                    sent[seq] = time.monotonic_ns()
+                    s.sendto(wire.encode(wire.Probe(kind=wire.KIND_PROBE, size=64, seq=seq,
+                                                    token=1, t_send_ns=0)), ("127.0.0.1", r.port))
+        assert len(out) == n
+        assert max(dwell for _, dwell in out) > gap / 2 * 1e9  # the gap was waited out
+        assert all(abs(rtt - dwell) < 20e6 for rtt, dwell in out)  # and it is all in the dwell
+    finally:
+        stop.set()
+        r.close()
+
+
+def test_prober_sends_a_batch_per_wake_up_within_the_jitter():
+    """One wake-up sends every probe due within its batch (twice the jitter
+    of an interval, capped), no probe more than a batch early, and says
+    when the next one is due."""
+    from probe_agent.udp import JITTER, MAX_BATCH_S, Prober, ProbeTarget
+
+    sent: list[tuple[str, float]] = []
+    for rate, batch in ((10.0, 2 * JITTER / 10.0), (1.0, MAX_BATCH_S)):
+        p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, rate, 1.0,
+                   lambda src, dst, size, t: sent.append((dst, t)), lambda *a: None)
+        try:
+            assert p.batch_s == pytest.approx(batch)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
+                sink.bind(("127.0.0.1", 0))
+                port = sink.getsockname()[1]
+                p.set_targets([ProbeTarget("a", f"t{i}", "127.0.0.1", port) for i in range(200)])
+                due = sorted(at for at, _, _ in p._heap)
+                now = due[0]
+                sent.clear()
+                next_due = p._send_due(now)
+            assert len(sent) == sum(1 for at in due if at <= now + batch) > 1
+            assert next_due == min(at for at, _, _ in p._heap) > now + batch
+            assert len({dst for dst, _ in sent}) == len(sent)
+        finally:
+            p.close()
 
 
 def test_probe_buffer_rewritten_in_place_reads_back_as_the_same_probe():
