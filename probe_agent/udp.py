@@ -60,11 +60,6 @@ JITTER = 0.1
 BATCH_SHARE = 2 * JITTER
 MAX_BATCH_S = 0.050
 IDLE_WAIT_S = 0.2  # longest sleep: how soon a stop or new targets are seen
-# After answering, the responder sleeps this long before it looks again, so
-# it wakes at most 1/RESPONDER_GAP_S times a second however many peers probe
-# it; a probe that waits meanwhile has its wait in the dwell it reports,
-# which its prober subtracts.
-RESPONDER_GAP_S = 0.020
 USER, KERNEL, HARDWARE = "user", "kernel", "hardware"
 
 
@@ -171,9 +166,8 @@ class Responder:
     within its rate."""
 
     def __init__(self, addresses: Iterable[str], port: int,
-                 limit: SourceLimit | None = None, gap_s: float = RESPONDER_GAP_S) -> None:
+                 limit: SourceLimit | None = None) -> None:
         self.limit = limit or SourceLimit()
-        self.gap_s = gap_s
         self.sockets = [_open(ip, port, tx=False)[0] for ip in addresses]
         self.port = self.sockets[0].getsockname()[1] if self.sockets else port
         self._sel = selectors.DefaultSelector()
@@ -184,8 +178,7 @@ class Responder:
     def serve(self, stop: threading.Event) -> None:
         local = {s: s.getsockname()[0] for s in self.sockets}
         while not stop.is_set():
-            ready = self._sel.select(timeout=IDLE_WAIT_S)
-            for key, _ in ready:
+            for key, _ in self._sel.select(timeout=IDLE_WAIT_S):
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
                 while (got := _recv(sock)) is not None:
                     data, addr, t_kernel, _, t_user = got
@@ -208,8 +201,6 @@ class Responder:
                         metrics.PROBES_ANSWERED.inc()
                     except OSError as e:
                         log.debug("reply to %s failed: %s", addr, e)
-            if ready and self.gap_s:
-                time.sleep(self.gap_s)
 
     def close(self) -> None:
         self._sel.close()
