@@ -35,7 +35,7 @@ from controller.pinglist import probe_owner  # noqa: E402
 from controller.server import start_controller  # noqa: E402
 from netskel.api.v1 import controller_pb2 as pb  # noqa: E402
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc  # noqa: E402
-from netskel.config import ControllerConfig  # noqa: E402
+from netskel.config import AgentConfig, ControllerConfig  # noqa: E402
 from probe_agent.udp import Prober, ProbeTarget, Responder  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -79,10 +79,14 @@ def proc_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def probes_sent(port: int) -> float:
+def metric_total(port: int, metric: str) -> float:
+    """The sum of the agent's samples whose line starts with `metric`."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("netskel_probes_sent_total{"))
+               if line.startswith(metric))
+
+
+SENT, ANSWERED = "netskel_probes_sent_total{", "netskel_probes_answered_total "
 
 
 def free_port() -> int:
@@ -106,7 +110,7 @@ def measure(sock: str, container: str, endpoint: str, seconds: float, rate: floa
         deadline = time.monotonic() + 30
         while True:  # warm-up: until probing reaches its steady rate
             try:
-                if probes_sent(mport) >= expect_targets * rate:
+                if metric_total(mport, SENT) >= expect_targets * rate:
                     break
             except OSError:  # metrics endpoint not up yet
                 pass
@@ -114,18 +118,26 @@ def measure(sock: str, container: str, endpoint: str, seconds: float, rate: floa
                 raise RuntimeError("agent did not start probing")
             time.sleep(0.2)
         peer_stop = threading.Event()
-        prober = Prober({p: p for p in peers}, {p: (64, 256, 1024, 4096) for p in peers}, rate,
-                        1.0, lambda *a: None, lambda *a: None)
-        agent_ip = endpoint.split(",")[2]
-        prober.set_targets(ProbeTarget(p, container, agent_ip, 7100) for p in peers)
-        threading.Thread(target=prober.run, args=(peer_stop,), daemon=True).start()
-        cpu0, sent0, t0 = proc_cpu(agent.pid), probes_sent(mport), time.monotonic()
-        time.sleep(seconds)
-        cpu1, sent1, t1 = proc_cpu(agent.pid), probes_sent(mport), time.monotonic()
-        peer_stop.set()
-        prober.close()
+        peer = None
+        if peers:  # the agent's port: the default its command line leaves it
+            peer = Prober({p: p for p in peers}, {p: (64, 256, 1024, 4096) for p in peers}, rate,
+                          1.0, lambda *a: None, lambda *a: None)
+            peer.set_targets(ProbeTarget(p, container, endpoint.split(",")[2],
+                                         AgentConfig().probe_port) for p in peers)
+            threading.Thread(target=peer.run, args=(peer_stop,), daemon=True).start()
+        try:
+            cpu0, sent0, t0 = proc_cpu(agent.pid), metric_total(mport, SENT), time.monotonic()
+            answered0 = metric_total(mport, ANSWERED)
+            time.sleep(seconds)
+            cpu1, sent1, t1 = proc_cpu(agent.pid), metric_total(mport, SENT), time.monotonic()
+            answered1 = metric_total(mport, ANSWERED)
+        finally:
+            peer_stop.set()
+            if peer is not None:
+                peer.close()
         return {"cpu_s": sum(cpu1) - sum(cpu0), "user_s": cpu1[0] - cpu0[0],
                 "sys_s": cpu1[1] - cpu0[1], "probes": sent1 - sent0, "wall_s": t1 - t0,
+                "answered": answered1 - answered0,
                 "rss_mb": proc_rss_mb(agent.pid)}
     finally:
         agent.terminate()
@@ -197,6 +209,7 @@ def main() -> None:
         # The agent probing and answering as many probes: CPU per 1,000 sent.
         "cpu_s_per_1000_probes_probing_and_answering": round(
             both["cpu_s"] / max(both["probes"], 1) * 1000, 4),
+        "answered_while_probing": int(both["answered"]),
         # Issue 16's measurement before the hot-path work (2026-11-23, same bench).
         "before_cpu_s_per_1000_probes": BEFORE,
         "cpu_fraction_of_one_core": round(busy["cpu_s"] / busy["wall_s"], 4),
