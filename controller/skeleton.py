@@ -56,6 +56,10 @@ MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p 
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
 ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
 MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: partners unknowable
+# Hosts' clocks (NTP) sit within about +-25 ms of each other, so one
+# endpoint per rail reducing apart from the rest is a stage only when its
+# level is further from the next than any two clocks can be.
+CLOCK_SPREAD_S = 0.05
 
 
 @dataclass
@@ -314,7 +318,13 @@ def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
     own collectives, so noise on one rail never reorders another's); the
     count with the clearest separation wins, and none (pp = 1) unless it is
     clear. The latest reduction is stage 0 (the last stage's backward ends
-    first, so it reduces first)."""
+    first, so it reduces first).
+    A stage holds two or more endpoints per rail (a collective) unless its
+    levels are further apart than clocks can put them: one endpoint per rail
+    apart from the rest is otherwise a host's clock offset. With one host
+    per stage (tp x dp = a host's GPUs: the DP reduction stays inside the
+    host) that is all a stage has, and merging two stages into one would
+    pair endpoints that never talk and miss the pairs that do."""
     n = len(offset)
     rails, rail_code = np.unique(rail_of, return_inverse=True)
     per_rail = np.bincount(rail_code)
@@ -325,11 +335,11 @@ def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
     best: tuple[float, np.ndarray | None] = (0.0, None)
     other = 0.0
     for g in range(2, min(MAX_STAGES, n // 2) + 1):
-        # A stage's reduction is a collective: two or more members per rail
-        # (one per rail would be a host's clock offset, not a stage).
-        if np.any(per_rail % g) or np.any(per_rail // g < 2):
+        if np.any(per_rail % g):
             continue
         labels = rank // (per_rail // g)[rail_code]
+        if np.any(per_rail // g < 2) and _closest_levels(offset, labels) <= 2 * CLOCK_SPREAD_S:
+            continue
         sep = silhouette_1d(offset, labels)
         if sep > best[0]:
             if best[1] is not None:
@@ -340,6 +350,27 @@ def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
     if best[1] is None or best[0] < MIN_STAGE_SEPARATION:
         return StageSplit(np.zeros(n, dtype=np.int64), 0.0, max(other, best[0]))
     return StageSplit(best[1], best[0], other)
+
+
+def _scattered_stages(offset: np.ndarray, stage: np.ndarray, dt: float, iterations: int
+                      ) -> list[int]:
+    """Stages whose endpoints' reduction offsets spread beyond one
+    collective's: clocks (CLOCK_SPREAD_S either way) plus three standard
+    errors of sampling (offsets are quantized to dt, averaged over the
+    iterations)."""
+    tolerance = 2 * CLOCK_SPREAD_S + 3 * dt / np.sqrt(12 * max(iterations, 1))
+    out = []
+    for k in range(int(stage.max()) + 1):
+        x = offset[stage == k]
+        if float(np.max(np.abs(x - np.median(x)))) > tolerance:
+            out.append(k)
+    return out
+
+
+def _closest_levels(offset: np.ndarray, labels: np.ndarray) -> float:
+    """The smallest gap between adjacent levels' medians."""
+    med = np.sort([float(np.median(offset[labels == k])) for k in range(int(labels.max()) + 1)])
+    return float(np.min(np.diff(med))) if len(med) > 1 else float("inf")
 
 
 def tensor_units(members: list[np.ndarray], fine: np.ndarray) -> list[np.ndarray]:
@@ -684,6 +715,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     split = split_stages(offset, rail_of)
     stage = split.labels
     pp = int(stage.max()) + 1
+    scattered = _scattered_stages(offset, stage, r.dt, it.count)
     # Network data-parallel groups: one stage's endpoints on one rail.
     group_key = stage * (int(rail_of.max()) + 1) + rail_of
     _, group_of = np.unique(group_key, return_inverse=True)
@@ -745,6 +777,12 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # be clear. A single stage is only as credible as no split is visible.
     quality = split.separation if pp > 1 else max(0.0, 1.0 - split.best_other)
     confidence = float(np.sqrt(it.regularity * quality))
+    if scattered:
+        # A stage is one collective: members that reduce apart contradict it
+        # (a job without data parallelism has no collective to align on).
+        notes.append(f"stage(s) {scattered}: endpoints reduce further apart than clocks and "
+                     "sampling allow, so they are no single collective: structure in doubt")
+        confidence = min(confidence, WIDENED_CONFIDENCE)
     if widened:
         # Partners unknown somewhere: the list is knowingly wider than the
         # skeleton (and a tensor split the sampling could not see may be

@@ -41,6 +41,8 @@ def run_infer(shapes, noise=None, seed=0):
     JobShape("j", dp=8, tp=8, pp=1),           # pure data parallel
     JobShape("j", dp=8, tp=4, pp=2),           # two data-parallel ranks per host
     JobShape("j", dp=8, tp=8, pp=2, ep=4),     # MoE
+    JobShape("j", dp=2, tp=4, pp=8),           # one host per stage: one endpoint per rail
+    JobShape("j", dp=4, tp=2, pp=4),           # the same with four replicas per host
 ], ids=lambda s: f"dp{s.dp}-tp{s.tp}-pp{s.pp}-ep{s.ep}")
 def test_structure_and_full_recall(shape):
     """Stages, their order, DP groups and dp/tp/pp come from the reductions'
@@ -313,6 +315,36 @@ def test_stages_cut_per_rail_so_one_rail_noise_does_not_veto_the_split():
     got = split_stages(offset, rail)
     assert got.labels.max() == 3
     np.testing.assert_array_equal(got.labels, stage)
+
+
+def test_one_endpoint_per_rail_is_a_stage_only_beyond_clock_offsets():
+    """Levels of one endpoint per rail are stages when they lie further
+    apart than hosts' clocks can (one host per stage), and a pure
+    data-parallel job's hosts, each reducing at its own clock offset, are
+    not cut into stages however cleanly their offsets group."""
+    from controller.skeleton import CLOCK_SPREAD_S, split_stages
+
+    rng = np.random.default_rng(5)
+    host = np.repeat(np.arange(6), 8)  # 6 hosts x 8 rails
+    rail = np.tile(np.arange(8), 6)
+    clocks = np.linspace(-CLOCK_SPREAD_S / 2, CLOCK_SPREAD_S / 2, 6)[::-1]
+    offset = clocks[host] + rng.normal(0, 0.001, 48)
+    assert split_stages(offset, rail).labels.max() == 0
+    stages = np.array([0.5, 0.3, 0.1, -0.1, -0.3, -0.5])
+    got = split_stages(stages[host] + clocks[rng.permutation(6)][host], rail)
+    np.testing.assert_array_equal(got.labels, host)
+
+
+def test_a_job_without_a_collective_is_not_vouched_for():
+    """dp = 1: no stage reduces with anyone, so nothing lines the endpoints
+    up; whatever structure comes out, its confidence stays at most 0.5 and
+    no pair is dropped."""
+    got, truth = run_infer([JobShape("j", dp=1, tp=8, pp=4)], seed=1)
+    sk = got["j"]
+    assert not truth["j"].pairs - sk.pairs
+    if (sk.dp, sk.tp, sk.pp) != (1, 8, 4):
+        assert sk.confidence <= 0.5
+        assert any("no single collective" in n or "no periodic" in n for n in sk.notes)
 
 
 @pytest.mark.parametrize("equal", [True, False])
