@@ -86,9 +86,7 @@ def test_non_periodic_job_keeps_rail_aligned_list_with_low_confidence():
     assert len(sk.pairs) == 8 * (8 * 7 // 2)  # rail-aligned: every cross-host pair per rail
 
 
-@pytest.mark.parametrize("interval", [0.01, 0.2, pytest.param(1.0, marks=pytest.mark.xfail(
-    reason="issue 12, open: a period of 2.5 samples quantizes spacings to 2 and 3; "
-           "merging pairs of iterations looks more regular", strict=True))])
+@pytest.mark.parametrize("interval", [0.01, 0.2, 1.0])
 def test_iterations_cut_at_sync_points_despite_accumulating_jitter(interval):
     """Bursts whose spacing jitters +-3 % (and so drifts off any fixed
     period): every iteration is found, and the period is their spacing."""
