@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analyzer import metrics
 from analyzer.batch import WindowBatch
 from analyzer.detect import (
     STATS,
@@ -33,7 +34,6 @@ from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.routesums import RouteSums
 from analyzer.store import IncidentStore
-from netskel import metrics
 from netskel.arrays import unique, unique_rows_inverse
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError

@@ -14,9 +14,10 @@ from typing import Any
 
 import grpc
 
+from analyzer import metrics
 from analyzer.engine import Analyzer
 from analyzer.localize import Pair
-from netskel import metrics, serde
+from netskel import serde
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc

@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 
+from controller import metrics
 from controller.pinglist import JobSkeleton
 from controller.skeleton import infer, to_rates
 from controller.state import ControllerState
-from netskel import metrics
 from netskel.errors import InputError
 
 log = logging.getLogger(__name__)

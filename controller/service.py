@@ -11,8 +11,9 @@ from typing import Any
 
 import grpc
 
+from controller import metrics
 from controller.state import ControllerState, ListUpdate, ReportEvent
-from netskel import metrics, serde
+from netskel import serde
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc

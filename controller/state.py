@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from controller import metrics
 from controller.pinglist import (
     JobSkeleton,
     ListDiff,
@@ -26,7 +27,6 @@ from controller.pinglist import (
 )
 from controller.registration import Registration, validate_registration
 from controller.store import Store
-from netskel import metrics
 from netskel.errors import NotFoundError
 from netskel.model import AgentState, CounterSample, VSwitchDump, WindowStats
 from netskel.topology import Topology

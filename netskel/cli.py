@@ -71,8 +71,10 @@ def _env_list(name: str) -> tuple[str, ...]:
 
 
 def cmd_controller(a: argparse.Namespace) -> int:
+    from controller.metrics import REGISTRY
     from controller.server import start_controller
     from netskel.config import ControllerConfig
+    from netskel.metrics import serve
 
     cfg = ControllerConfig(topology=a.topology, listen=tuple(a.listen), db=a.db,
                            heartbeat_interval_ms=a.heartbeat_ms,
@@ -80,7 +82,7 @@ def cmd_controller(a: argparse.Namespace) -> int:
                            window_seconds=a.window, metrics_port=a.metrics_port,
                            switch_addresses=a.switch_addresses or "")
     sec = _security(a, "controller")
-    _metrics(cfg.metrics_port, a.metrics_addr)
+    serve(cfg.metrics_port, a.metrics_addr, REGISTRY)
     running = start_controller(cfg, sec)
     _warn_if_insecure(sec, "controller")
     print(f"controller listening on {running.ports}", flush=True)
@@ -91,7 +93,9 @@ def cmd_controller(a: argparse.Namespace) -> int:
 
 def cmd_agent(a: argparse.Namespace) -> int:
     from netskel.config import AgentConfig
+    from netskel.metrics import serve
     from probe_agent.agent import Agent
+    from probe_agent.metrics import REGISTRY
 
     env = os.environ.get
     endpoints = tuple(a.endpoint or ()) or _env_list("NETSKEL_ENDPOINTS")
@@ -111,7 +115,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
     agent = Agent(cfg, sec)
     agent.start()
     _warn_if_insecure(sec, "agent")
-    _metrics(cfg.metrics_port, a.metrics_addr)  # up only once the agent is: readiness for scrapers too
+    serve(cfg.metrics_port, a.metrics_addr, REGISTRY)  # up only once the agent is: readiness for scrapers too
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
     _wait_for_signal()
     agent.stop(deregister=True)  # a clean stop leaves the cluster; a crash is an incident
@@ -119,13 +123,15 @@ def cmd_agent(a: argparse.Namespace) -> int:
 
 
 def cmd_analyzer(a: argparse.Namespace) -> int:
+    from analyzer.metrics import REGISTRY
     from analyzer.server import start_analyzer
     from netskel.config import AnalyzerConfig
+    from netskel.metrics import serve
 
     cfg = AnalyzerConfig(topology=a.topology, controller=a.controller, listen=tuple(a.listen),
                          metrics_port=a.metrics_port, web_listen=a.web, db=a.db or "")
     sec = _security(a, "analyzer")
-    _metrics(cfg.metrics_port, a.metrics_addr)
+    serve(cfg.metrics_port, a.metrics_addr, REGISTRY)
     running = start_analyzer(cfg, sec=sec)
     _warn_if_insecure(sec, "analyzer")
     print(f"analyzer (NetDiag) listening on {running.ports}", flush=True)
@@ -320,13 +326,6 @@ def cmd_demo(a: argparse.Namespace) -> int:
     from testbed.demo import run_demo
 
     return run_demo(a)
-
-
-def _metrics(port: int, addr: str = "0.0.0.0") -> None:
-    if port:
-        from prometheus_client import start_http_server
-
-        start_http_server(port, addr=addr)
 
 
 def _security(a: argparse.Namespace, role: str) -> Security:

@@ -17,7 +17,7 @@ import grpc
 
 from controller.pinglist import Target
 from controller.registration import RegEndpoint, Registration
-from netskel import metrics, serde
+from netskel import serde
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.backoff import Backoff
@@ -25,7 +25,7 @@ from netskel.config import AgentConfig
 from netskel.errors import InputError
 from netskel.model import CounterSample, VSwitchDump, WindowStats
 from netskel.security import Security, channel
-from probe_agent import check, counters, trace, vswitch, wire
+from probe_agent import check, counters, metrics, trace, vswitch, wire
 from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
 from probe_agent.udp import Prober, ProbeTarget, ReplyHook, Responder, SentHook
 from probe_agent.window import WindowAccumulator

@@ -28,8 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from netskel import metrics
-from probe_agent import wire
+from probe_agent import metrics, wire
 
 log = logging.getLogger(__name__)
 _TIMESPEC = struct.Struct("@qq")

@@ -17,11 +17,11 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from netskel import metrics
 from netskel.model import FlowRule
 from netskel.ofdump import DumpError, FlowDump, NotUnderstood, read_dump
 from netskel.ofpipeline import Pipeline, Port, Ports
 from netskel.ofrules import contract_rules
+from probe_agent import metrics
 
 log = logging.getLogger(__name__)
 _SHOW_PORT = re.compile(r"^\s*(\d+)\((.+?)\):\s*addr:", re.MULTILINE)

@@ -213,7 +213,7 @@ esac
 
 def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc, tmp_path, sock,
                                                                         topo_file, monkeypatch):
-    from prometheus_client import REGISTRY
+    from probe_agent.metrics import REGISTRY
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

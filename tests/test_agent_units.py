@@ -161,7 +161,7 @@ def test_prober_rtt_from_kernel_stamps_at_both_ends():
     stamp (minus the responder's dwell from its own kernel receive stamp),
     never a user-space clock; the responder's sockets stamp receives only,
     so its error queue stays empty."""
-    from netskel import metrics
+    from probe_agent import metrics
     from probe_agent.udp import USER, Prober, ProbeTarget, _tx_stamps
 
     stop = threading.Event()

@@ -146,7 +146,7 @@ def test_restart_keeps_departures_gauges_and_growing_versions(topo_file, topo_do
     """A container that left stays out of every list after a restart, the
     registered-agents gauge reads what is registered, and a returning
     agent's list version continues from where it was (versions only grow)."""
-    from prometheus_client import REGISTRY
+    from controller.metrics import REGISTRY
 
     db = tmp_path / "c.sqlite"
     c = start_controller(_cfg(topo_file, db))

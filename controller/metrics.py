@@ -1,0 +1,30 @@
+"""The controller's Prometheus metrics, in its own registry: a controller
+process exports these and its process figures, nothing of other roles.
+
+Label sets are bounded: report kinds and stream names, never a probe pair."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from netskel.metrics import process_registry
+
+REGISTRY: CollectorRegistry = process_registry()
+
+AGENTS_REGISTERED = Gauge("netskel_agents_registered", "Containers with a registered agent",
+                          registry=REGISTRY)
+PINGLIST_TARGETS = Gauge("netskel_pinglist_targets", "Targets across all ping lists",
+                         registry=REGISTRY)
+PINGLIST_ACTIVE = Gauge("netskel_pinglist_active_targets", "Targets whose agent is ready",
+                        registry=REGISTRY)
+REPORTS_ACCEPTED = Counter("netskel_reports_accepted_total", "Report items accepted", ["kind"],
+                           registry=REGISTRY)
+REPORTS_REJECTED = Counter("netskel_reports_rejected_total", "Report items rejected", ["kind"],
+                           registry=REGISTRY)
+FEED_DROPPED = Counter("netskel_feed_dropped_total", "Report events dropped for a slow analyzer",
+                       registry=REGISTRY)
+STREAM_OVERFLOWS = Counter("netskel_stream_overflows_total",
+                           "Streams whose client fell too far behind: a ping list resent whole "
+                           "or a report feed cut off", ["stream"], registry=REGISTRY)
+INFERENCE_SECONDS = Histogram("netskel_inference_seconds", "Time to infer one job's skeleton",
+                              registry=REGISTRY)
