@@ -68,16 +68,17 @@ def _clusters(hot: np.ndarray, job: np.ndarray, cut: int, dt: float
     centre = np.bincount(seg, weights=hot * w) / np.bincount(seg, weights=w)
     spacing = np.diff(centre) * dt
     period = float(np.median(spacing))
-    # A burst within one sample has its centre on the sample grid, so a
-    # spacing is off by up to a sample whatever the job does: with few
-    # samples per iteration (2.5), true spacings read 2 and 3, and only a
-    # tolerance of a sample keeps them regular (else merging pairs of
-    # iterations, 5 and 5, looks more regular than the truth).
-    near = np.abs(spacing - period) <= max(REGULAR_TOLERANCE * period, dt * (1 + 1e-6))
-    regular = float(np.mean(near))
-    # The median of quantized spacings is one of the grid values; the mean
-    # of those near it is the period (none near: spacings of two kinds).
-    return ends, bounds, float(np.mean(spacing[near])) if regular else period, regular
+    if dt > REGULAR_TOLERANCE * period:
+        # Under four samples an iteration, spacings are grid values (a
+        # burst inside one sample has its centre on the grid): a 2.5-sample
+        # period reads 2 and 3, and their median is one of them, against
+        # which the other looks irregular (merging pairs of iterations, 5
+        # and 5, then looks more regular than the truth). Their mean is the
+        # period; then regularity is judged as for any period, so random
+        # samples (spacings 1, 2, 3, ...) stay irregular.
+        period = float(np.mean(spacing[np.abs(spacing - period) <= dt * (1 + 1e-6)]))
+    regular = float(np.mean(np.abs(spacing - period) <= REGULAR_TOLERANCE * period))
+    return ends, bounds, period, regular
 
 
 def find_iterations(sym: np.ndarray, dt: float) -> Iterations | None:
@@ -107,25 +108,35 @@ def find_iterations(sym: np.ndarray, dt: float) -> Iterations | None:
                       period=period, regularity=regular)
 
 
-def _window_centres(x: np.ndarray, sync: np.ndarray, dt: float) -> np.ndarray:
+def _window_centres(x: np.ndarray, sync: np.ndarray, dt: float, rows: int = 256) -> np.ndarray:
     """(E, K) byte-weighted centre time of x in each iteration window
-    [sync[k], sync[k+1]); NaN where an endpoint moved nothing."""
+    [sync[k], sync[k+1]); NaN where an endpoint moved nothing. Windows are
+    contiguous, so one running reduction per block of rows does it: memory
+    stays (rows x samples) whatever the number of iterations (a one-hot
+    (samples x iterations) matrix was 2.6 GB for an hour at 10 ms with 2 s
+    iterations)."""
     e, n = x.shape
     k = len(sync) - 1
-    idx = np.full(n, -1, dtype=np.int64)
-    for j in range(k):
-        idx[sync[j]:sync[j + 1]] = j
-    keep = idx >= 0
-    t = np.arange(n, dtype=np.float64) * dt
-    onehot = np.zeros((n, k), dtype=x.dtype)
-    onehot[np.flatnonzero(keep), idx[keep]] = 1.0
-    den = (x @ onehot).astype(np.float64)
-    # Time-weighted window matrix: no (E, n) temporary of x * t.
-    num = (x @ (onehot * t[:, None].astype(x.dtype))).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        c = num / den
-    c[den <= 0] = np.nan
-    return np.asarray(c)
+    out = np.full((e, max(k, 0)), np.nan)
+    if k <= 0:
+        return out
+    lo, hi = int(sync[0]), int(sync[-1])
+    starts = np.asarray(sync[:-1], dtype=np.int64) - lo
+    empty = np.diff(np.asarray(sync, dtype=np.int64)) <= 0
+    if hi <= lo:
+        return out
+    t = np.arange(lo, hi, dtype=np.float64) * dt
+    starts = np.minimum(starts, hi - lo - 1)  # reduceat needs indices inside the span
+    for r0 in range(0, e, rows):
+        block = np.asarray(x[r0:r0 + rows, lo:hi], dtype=np.float64)
+        den = np.add.reduceat(block, starts, axis=1)
+        num = np.add.reduceat(block * t, starts, axis=1)
+        den[:, empty] = 0.0  # reduceat gives an empty window its first sample
+        with np.errstate(invalid="ignore", divide="ignore"):
+            c = num / den
+        c[den <= 0] = np.nan
+        out[r0:r0 + rows] = c
+    return out
 
 
 def _robust_mean(x: np.ndarray, dt: float) -> np.ndarray:

@@ -101,6 +101,38 @@ def test_iterations_cut_at_sync_points_despite_accumulating_jitter(interval):
     assert abs(it.count - (len(starts) - 1)) <= 1 and it.regularity > 0.9
 
 
+@pytest.mark.parametrize("share", [0.4, 0.5, 0.6])
+def test_dense_random_samples_at_coarse_sampling_are_not_iterations(share):
+    """Half the samples hot at random, 1 s apart: spacings of 1, 2, 3 ...
+    samples are no 2-3 sample period (a tolerance of a whole sample made
+    them one, and thousands of 'iterations' then)."""
+    rng = np.random.default_rng(1)
+    on = rng.random(3000) < share
+    it = find_iterations(np.ones((8, 3000)) + 1000.0 * on[None, :], 1.0)
+    assert it is None or it.regularity < 0.6
+
+
+def test_window_centres_agree_with_a_loop_over_windows():
+    """The running reduction per block of rows, against each window summed
+    on its own (empty windows and ones ending at the last sample too)."""
+    from controller.timing import _window_centres
+
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        e, n = int(rng.integers(1, 30)), int(rng.integers(3, 300))
+        x = (rng.random((e, n)) * (rng.random((e, n)) < 0.3)).astype(np.float32)
+        sync = np.sort(rng.integers(0, n + 1, int(rng.integers(2, 10))))
+        got = _window_centres(x, sync, 0.1, rows=7)
+        want = np.full((e, len(sync) - 1), np.nan)
+        for j in range(len(sync) - 1):
+            a, b = sync[j], sync[j + 1]
+            w = x[:, a:b].astype(np.float64)
+            t = np.arange(a, b) * 0.1
+            with np.errstate(invalid="ignore", divide="ignore"):
+                want[:, j] = np.where(w.sum(axis=1) > 0, (w * t).sum(axis=1) / w.sum(axis=1), np.nan)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
 def test_random_bursts_are_not_iterations():
     rng = np.random.default_rng(1)
     t = np.arange(0, 200, 0.1)
