@@ -16,6 +16,12 @@ packet-capture reference: our probes as an AF_PACKET socket on the
 prober's veth sees them leave and their replies arrive (wire_median_us,
 wire_p99_us, agent_vs_wire_median_gap_us).
 Goal (issue 16): agent median within 5 us of ping's, p99 within 20 us.
+Two readings, both printed: `goal_met` compares our production RTT (kernel
+send stamp to kernel receive stamp) with ping's, which also counts ping's
+own send path through the socket layer, so ours sits ~25 us *below* ping
+and misses by the letter; `goal_met_same_definition` compares our prober
+run with ping's definition (user time before the send, kernel receive
+stamp): like with like, what the prober itself adds.
 Needs root (namespaces).
 """
 
@@ -240,6 +246,11 @@ def main() -> None:
     res["median_gap_us"] = round(res["agent_median_us"] - res["ping_median_us"], 1)
     res["p99_gap_us"] = round(res["agent_p99_us"] - res["ping_p99_us"], 1)
     res["goal_met"] = abs(res["median_gap_us"]) <= 5 and abs(res["p99_gap_us"]) <= 20
+    res["same_definition_median_gap_us"] = round(res["agent_user_send_median_us"]
+                                                 - res["ping_median_us"], 1)
+    res["same_definition_p99_gap_us"] = round(res["agent_user_send_p99_us"] - res["ping_p99_us"], 1)
+    res["goal_met_same_definition"] = (abs(res["same_definition_median_gap_us"]) <= 5
+                                       and abs(res["same_definition_p99_gap_us"]) <= 20)
     print(json.dumps(res))
 
 
