@@ -467,6 +467,12 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
         for s in range(1, len(stages)):
             prev = [c[-1] for c in chains]
             nxt = stages[s]
+            if len(prev) == 1 and len(nxt) == 1:
+                # One replica on these rails (one host per stage): its
+                # partner is the only one there, however close the stages.
+                chunks.extend(_same_rail_cross(prev, nxt, rail_of))
+                chains = [chains[0] + [nxt[0]]]
+                continue
             if resolved is not None and not resolved[s - 1]:
                 chunks.extend(_same_rail_cross(prev, nxt, rail_of))
                 notes.append(f"rails {list(key)}: stages {s - 1}/{s} reduce within one sample "

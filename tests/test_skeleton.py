@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from controller.skeleton import infer, to_rates
+from controller.skeleton import WIDENED_CONFIDENCE, infer, to_rates
 from controller.timing import find_iterations
 from netskel.cli import main
 from netskel.simulate import JobShape, Noise, simulate
@@ -363,6 +363,20 @@ def test_one_endpoint_per_rail_is_a_stage_only_beyond_clock_offsets():
     stages = np.array([0.5, 0.3, 0.1, -0.1, -0.3, -0.5])
     got = split_stages(stages[host] + clocks[rng.permutation(6)][host], rail)
     np.testing.assert_array_equal(got.labels, host)
+
+
+def test_one_replica_per_rail_set_needs_no_partner_evidence():
+    """One host per stage at 1 s sampling: adjacent stages reduce within a
+    sample, which leaves partners unknowable where several replicas share
+    the rails, but here each rail set has one replica per stage, so the
+    pairs are certain and the answer is not marked down."""
+    got, truth = run_infer([JobShape("j", dp=2, tp=4, pp=8)],
+                           Noise(duration_s=180, interval_s=1.0), seed=5)
+    sk, tr = got["j"], truth["j"]
+    assert (sk.dp, sk.tp, sk.pp) == (2, 4, 8)
+    assert sk.pairs == tr.pairs
+    assert sk.confidence > WIDENED_CONFIDENCE
+    assert not any("cross pairs" in n or "alternative" in n for n in sk.notes)
 
 
 def test_a_job_without_a_collective_is_not_vouched_for():
