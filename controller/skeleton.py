@@ -56,9 +56,10 @@ MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p 
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
 ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
 MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: partners unknowable
-# Hosts' clocks (NTP) sit within about +-25 ms of each other, so one
-# endpoint per rail reducing apart from the rest is a stage only when its
-# level is further from the next than any two clocks can be.
+# The widest gap between two hosts' clocks (NTP: each within about 25 ms
+# of true time). Offsets apart by twice this are not clocks: one endpoint
+# per rail reducing that far from the next level is a stage, and members of
+# one stage that far apart are no single collective.
 CLOCK_SPREAD_S = 0.05
 
 
@@ -355,9 +356,9 @@ def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
 def _scattered_stages(offset: np.ndarray, stage: np.ndarray, dt: float, iterations: int
                       ) -> list[int]:
     """Stages whose endpoints' reduction offsets spread beyond one
-    collective's: clocks (CLOCK_SPREAD_S either way) plus three standard
-    errors of sampling (offsets are quantized to dt, averaged over the
-    iterations)."""
+    collective's: a member further from the stage's median than twice the
+    clock spread plus three standard errors of the sampling (offsets are
+    quantized to dt, averaged over the iterations)."""
     tolerance = 2 * CLOCK_SPREAD_S + 3 * dt / np.sqrt(12 * max(iterations, 1))
     out = []
     for k in range(int(stage.max()) + 1):
@@ -721,7 +722,6 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     split = split_stages(offset, rail_of)
     stage = split.labels
     pp = int(stage.max()) + 1
-    scattered = _scattered_stages(offset, stage, r.dt, it.count)
     # Network data-parallel groups: one stage's endpoints on one rail.
     group_key = stage * (int(rail_of.max()) + 1) + rail_of
     _, group_of = np.unique(group_key, return_inverse=True)
@@ -783,6 +783,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # be clear. A single stage is only as credible as no split is visible.
     quality = split.separation if pp > 1 else max(0.0, 1.0 - split.best_other)
     confidence = float(np.sqrt(it.regularity * quality))
+    scattered = _scattered_stages(offset, stage, r.dt, it.count)
     if scattered:
         # A stage is one collective: members that reduce apart contradict it
         # (a job without data parallelism has no collective to align on).

@@ -118,15 +118,15 @@ def _window_centres(x: np.ndarray, sync: np.ndarray, dt: float, rows: int = 256)
     e, n = x.shape
     k = len(sync) - 1
     out = np.full((e, max(k, 0)), np.nan)
-    if k <= 0:
-        return out
-    lo, hi = int(sync[0]), int(sync[-1])
-    starts = np.asarray(sync[:-1], dtype=np.int64) - lo
-    empty = np.diff(np.asarray(sync, dtype=np.int64)) <= 0
+    lo, hi = (int(sync[0]), int(sync[-1])) if k > 0 else (0, 0)
     if hi <= lo:
         return out
+    edges = np.asarray(sync, dtype=np.int64) - lo
+    empty = np.diff(edges) <= 0
+    # reduceat needs every index inside the span (an empty last window is
+    # clamped; it is set to nothing below anyway).
+    starts = np.minimum(edges[:-1], hi - lo - 1)
     t = np.arange(lo, hi, dtype=np.float64) * dt
-    starts = np.minimum(starts, hi - lo - 1)  # reduceat needs indices inside the span
     for r0 in range(0, e, rows):
         block = np.asarray(x[r0:r0 + rows, lo:hi], dtype=np.float64)
         den = np.add.reduceat(block, starts, axis=1)
