@@ -13,7 +13,9 @@ In order, each step taking the pairs the previous ones left unexplained:
    clear links all their paths cross. A link stays a suspect only while it is
    accused more than cleared. A greedy cover names links until the pairs are
    explained — the smallest set it can find, whatever the other layers found.
-   Links of one switch named together become that switch.
+   Links of one switch named together become that switch, and a link named
+   only for pairs that all certainly cross that switch is the same fault
+   (the greedy cover's pick among equally accused links, not a second one).
 4. What is left is reported as unknown, never forced onto a link.
 """
 
@@ -91,7 +93,11 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
     explained = {p for ps in nic_pairs.values() for p in ps}
     rest = {p: s for p, s in rest.items() if p not in explained}
     links, unexplained = _underlay_findings(rest, healthy, candidates, clears)
-    findings += _merge_switches(links, switches_of) if switches_of else links
+    if switches_of:
+        findings += _absorb_into_switches(_merge_switches(links, switches_of), candidates,
+                                          switches_of)
+    else:
+        findings += links
     if unexplained:
         pairs = sorted(unexplained)
         findings.append(Finding(component=Component("endpoint", pairs[0][1]), layer="unknown",
@@ -192,6 +198,34 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf) -> list[Findi
                                      "votes": {links[i].component.id: links[i].evidence["votes"]
                                                for i in idx}}))
     out += [f for i, f in enumerate(links) if i not in used]
+    return out
+
+
+def _absorb_into_switches(found: list[Finding], candidates: Candidates,
+                          switches_of: SwitchesOf) -> list[Finding]:
+    """A failed switch explains every pair that certainly crosses one of its
+    links (weight 1: every path, or its traced route). A link finding whose
+    pairs all do is that switch's fault seen from one end (a ToR down: an
+    endpoint under the other ToR, all of whose partners sit under the dead
+    one, accuses its own link exactly as much as theirs), so its pairs join
+    the switch's finding instead of opening an incident of their own."""
+    switches = [f for f in found if f.component.type == "switch"]
+    if not switches:
+        return found
+    out: list[Finding] = []
+    for f in found:
+        home = None
+        if f.component.type == "link":
+            crossed = [{sw for link, w in candidates(p).items() if w >= 1.0 - 1e-9
+                        for sw in switches_of(link)} for p in f.pairs]
+            home = next((s for s in switches if all(s.component.id in c for c in crossed)), None)
+        if home is None:
+            out.append(f)
+            continue
+        home.pairs = sorted(set(home.pairs) | set(f.pairs))
+        home.symptom = worst_symptom([home.symptom, f.symptom])
+        home.evidence.setdefault("also_explains", []).append(
+            {"link": f.component.id, "votes": f.evidence.get("votes", {})})
     return out
 
 

@@ -174,3 +174,31 @@ def test_untraced_noise_raises_nothing(tmp_path):
                            noise=ProbeNoise(traced_share=0.0, benign_per_hour=30.0))
     assert len(truth.benign) >= 3
     assert incidents == []
+
+
+def test_a_dead_tor_is_one_switch_finding_not_also_a_link_at_the_other_end():
+    """ToR T1 down. Endpoint a, under T0, probes only endpoints under T1,
+    so its own link is accused by all four of its pairs, more than any one
+    of T1's links, and the greedy cover names it first; T1's links then
+    make the switch. Every one of a's pairs certainly crosses a T1 link, so
+    they are that switch's pairs: one finding, no link blamed at T0."""
+    from analyzer.localize import localize
+
+    up = {"a": "T0", "b1": "T1", "b2": "T1", "b3": "T1", "b4": "T1"}
+
+    def candidates(pair):
+        x, y = pair
+        out = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
+        if up[x] != up[y]:  # two spines, ECMP: half a vote each
+            out.update({f"S{k}~T0": 0.5 for k in (0, 1)} | {f"S{k}~T1": 0.5 for k in (0, 1)})
+        return out
+
+    def switches_of(link):
+        return tuple(x for x in link.split("~") if x.startswith(("T", "S")))
+
+    pairs = [("a", "b1"), ("a", "b2"), ("a", "b3"), ("a", "b4"), ("b1", "b2"), ("b3", "b4")]
+    found = localize({p: "unreachable" for p in pairs}, set(), set(), candidates,
+                     switches_of=switches_of)
+    assert [(f.component.type, f.component.id) for f in found] == [("switch", "T1")]
+    assert sorted(found[0].pairs) == sorted(pairs)
+    assert found[0].evidence["also_explains"][0]["link"] == "a~T0"
