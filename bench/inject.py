@@ -1,0 +1,137 @@
+"""Fault kinds the development set does not hold, injected into its clean
+recording: exploration, not evidence (our injection over their background;
+the held-out set has its own). Each kind edits `rtt_us` of the clean
+recording's probes in one window and writes the dev-set layout with a
+`truth.json` naming the injected component, so `bench/accuracy.py` scores
+it and `bench/variants.py` makes its harder copies.
+
+    python bench/inject.py OUT [--kinds bigdrop,flap,...] [--clean DIR]
+    python bench/accuracy.py OUT --only faults
+
+Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3;
+400 s from 400 s into the recording):
+  bigdrop    probes of 1 KB and more to and from the endpoint lost
+  nicslow    +80 us on the endpoint's probes
+  flap       the endpoint's link: 5 s of total loss every minute
+  tordown    every probe through the ToR lost
+  torloss    3 % of probes through the ToR lost
+  spinedown  every probe through the spine lost
+  spinelat   +60 us on probes through the spine
+A probe without a traced route crosses the spine one time in as many
+spines (ECMP), drawn at random: which flows really did is not in the data.
+Prints one JSON line naming what it made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+CLEAN = ROOT.parent / "shared/data/dev/faults/dev-fa1_clean_busy"
+KINDS = ("bigdrop", "nicslow", "flap", "tordown", "torloss", "spinedown", "spinelat")
+ENDPOINT, TOR, SPINE = "jobA-w003/rnic5", "tor-r5-1", "spine-3"
+START_S, LENGTH_S = 400.0, 400.0
+
+
+def _neighbours(topo: dict[str, Any], node: str) -> set[str]:
+    return ({ln["a"] for ln in topo["links"] if ln["b"] == node}
+            | {ln["b"] for ln in topo["links"] if ln["a"] == node})
+
+
+def inject(kind: str, clean: Path, out: Path, seed: int = 0) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(clean / "topology.json", out / "topology.json")
+    topo = json.loads((clean / "topology.json").read_text())
+    t = pq.read_table(clean / "probes.parquet")
+    ts = t.column("ts").to_numpy()
+    src = t.column("src").to_numpy(zero_copy_only=False)
+    dst = t.column("dst").to_numpy(zero_copy_only=False)
+    size = t.column("size").to_numpy()
+    rtt = t.column("rtt_us").to_numpy(zero_copy_only=False).astype(np.float64)
+    route = t.column("route").to_numpy(zero_copy_only=False)
+    rng = np.random.default_rng(seed)
+    start = float(ts.min()) + START_S
+    window = (ts >= start) & (ts < start + LENGTH_S)
+    nic_of = {e["id"]: e["nic"] for c in topo["containers"] for e in c["endpoints"]}
+    hops = [set(r.split(">")) if r else set() for r in route]
+
+    def through(node: str) -> np.ndarray:
+        return np.array([node in h for h in hops])
+
+    def touching(nics: set[str]) -> np.ndarray:
+        return np.array([nic_of.get(a) in nics or nic_of.get(b) in nics
+                         for a, b in zip(src, dst, strict=True)])
+
+    lose = np.zeros(len(ts), dtype=bool)
+    slow = 0.0
+    if kind in ("bigdrop", "nicslow", "flap"):
+        nic = nic_of[ENDPOINT]
+        tor = next(iter(_neighbours(topo, nic)))
+        component = {"type": "link", "id": "~".join(sorted((nic, tor)))}
+        hit = window & ((src == ENDPOINT) | (dst == ENDPOINT))
+        if kind == "bigdrop":
+            lose = hit & (size >= 1024)
+        elif kind == "flap":
+            lose = hit & (((ts - start) % 60.0) < 5.0)
+        else:
+            slow = 80.0
+            rtt[hit] += slow
+    elif kind in ("tordown", "torloss"):
+        component = {"type": "switch", "id": TOR}
+        hit = window & (touching(_neighbours(topo, TOR)) | through(TOR))
+        lose = hit & (rng.random(len(ts)) < (1.0 if kind == "tordown" else 0.03))
+    elif kind in ("spinedown", "spinelat"):
+        component = {"type": "switch", "id": SPINE}
+        spines = [s["id"] for s in topo["switches"] if s.get("tier") == "spine"]
+        tor_of = {n: next((x for x in _neighbours(topo, n) if x.startswith("tor")), "")
+                  for n in set(nic_of.values())}
+        cross = np.array([tor_of.get(nic_of.get(a, ""), "") != tor_of.get(nic_of.get(b, ""), "")
+                          for a, b in zip(src, dst, strict=True)])
+        unrouted = np.array([not h for h in hops])
+        hit = window & (through(SPINE) | (unrouted & cross & (rng.random(len(ts)) < 1 / len(spines))))
+        if kind == "spinedown":
+            lose = hit
+        else:
+            slow = 60.0
+            rtt[hit] += slow
+    else:
+        raise SystemExit(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+    affected = hit if slow else lose
+    rtt[lose] = np.nan
+    col = pa.array(np.where(np.isnan(rtt), None, rtt), type=pa.float64())
+    pq.write_table(t.set_column(t.schema.get_field_index("rtt_us"), "rtt_us", col),
+                   out / "probes.parquet")
+    pairs = sorted({tuple(sorted(p)) for p in zip(src[affected], dst[affected], strict=True)})
+    truth = json.loads((clean / "truth.json").read_text())
+    truth["clean"] = False
+    truth["faults"] = [{"id": "X1", "kind": kind, "start": start, "end": start + LENGTH_S,
+                        "layer": "underlay", "symptom": "latency" if slow else "loss",
+                        "component": component, "accept": [], "params": {},
+                        "pairs": [list(p) for p in pairs]}]
+    (out / "truth.json").write_text(json.dumps(truth))
+    return {"kind": kind, "probes": int(affected.sum()), "pairs": len(pairs),
+            "component": component}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--clean", type=Path, default=CLEAN)
+    a = ap.parse_args()
+    made = [inject(k, a.clean, a.out / k) for k in a.kinds.split(",") if k]
+    print(json.dumps({"made": made}))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
