@@ -1,0 +1,122 @@
+"""Is there partner evidence at all? For each stage boundary of a labelled
+recording (dev-set layout), how far ahead of the best other candidate each
+statistic puts a replica's true pipeline partner, in noise levels (the
+spread of all non-partner scores, floored at 1/sqrt(samples)). Uses the
+truth's stages and containers, so it measures the evidence, not the
+inference around it.
+
+    python bench/partners.py DIR [DIR ...]
+    (e.g. the 1 s copies: python bench/variants.py ../shared/data/dev/skeleton /tmp/v1 --interval 1.0)
+
+Statistics: `transfers` (what controller/skeleton.py uses: high-passed
+traffic outside collectives, group residuals, one side's tx against the
+other's rx), `raw` (group residuals of tx and rx as recorded), `net`
+(residuals of tx - rx) and `net_masked` (the same outside collectives).
+Prints a line per boundary and statistic, then one JSON line: per
+statistic the share of replicas whose true partner is not first, and the
+smallest margin seen.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from controller.infer import job_rates, read_throughput  # noqa: E402
+from controller.skeleton import one_way_outliers, transfer_scores  # noqa: E402
+from controller.timing import collective_mask, high_passed, symmetric  # noqa: E402
+from netskel.topology import load_topology  # noqa: E402
+
+
+def _residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    out = np.empty_like(x)
+    for g in groups:
+        out[g] = x[g] - x[g].mean(axis=0, keepdims=True)
+    return np.asarray(out / (np.linalg.norm(out, axis=1, keepdims=True) + 1e-12))
+
+
+def margins(scores: np.ndarray, true: np.ndarray, samples: int) -> list[float]:
+    """Per row with a true partner and another candidate: (best true score -
+    best other score) / noise: the spread of all non-partner scores, at
+    least what unrelated series of this length scatter by (1/sqrt(samples);
+    two replicas give too few scores to measure a spread)."""
+    sd = max(float(np.std(scores[~true])), 1.0 / np.sqrt(samples))
+    return [float((scores[i][true[i]].max() - scores[i][~true[i]].max()) / sd)
+            for i in range(len(scores)) if true[i].any() and (~true[i]).any()]
+
+
+def _units(topo: Any, eps: list[str], stage: np.ndarray) -> list[np.ndarray]:
+    """A stage's endpoints by container (the replica units of the truth)."""
+    by: dict[str, list[int]] = defaultdict(list)
+    for i in stage:
+        by[topo.endpoints[eps[int(i)]].container].append(int(i))
+    return [np.array(v) for v in by.values()]
+
+
+def boundaries(d: Path) -> list[dict[str, Any]]:
+    topo = load_topology(d / "topology.json")
+    truth = json.loads((d / "truth.json").read_text())
+    out = []
+    for job in (j for j in truth["jobs"] if j["kind"] == "training"):
+        pairs = {frozenset(p) for p in job["pairs"]}
+        r = job_rates(topo, job["job"], read_throughput(d / "throughput.parquet", topo))
+        eps = r.endpoints
+        index = {e: i for i, e in enumerate(eps)}
+        tx, rx = r.tx.astype(np.float64), r.rx.astype(np.float64)
+        rail = np.array([topo.nics[topo.endpoints[e].nic].rail for e in eps])
+        stages = [np.array([index[e] for e in st]) for st in job["pp_stages"]]
+        groups = [st[rail[st] == k] for st in stages for k in np.unique(rail[st])]
+        mask = collective_mask(symmetric(tx, rx))
+        htx, hrx = high_passed(tx, mask, r.dt), high_passed(rx, mask, r.dt)
+        lone = one_way_outliers(tx, rx, mask)  # as infer() leaves them out
+        htx[lone] = 0.0
+        hrx[lone] = 0.0
+        stats = {
+            "transfers": (htx, hrx),
+            "raw": (tx, rx),
+            "net": (tx - rx, rx - tx),
+            "net_masked": (np.where(mask, 0.0, tx - rx), np.where(mask, 0.0, rx - tx)),
+        }
+        stats = {k: (_residual(a, groups), _residual(b, groups)) for k, (a, b) in stats.items()}
+
+        for s in range(1, len(stages)):
+            a, b = (_units(topo, eps, stages[k]) for k in (s - 1, s))
+            true = np.array([[any(frozenset((eps[x], eps[y])) in pairs for x in u for y in v)
+                              for v in b] for u in a])
+            for name, (ntx, nrx) in stats.items():
+                m = margins(transfer_scores(a, b, ntx, nrx, rail), true, tx.shape[1])
+                if m:
+                    out.append({"recording": d.name, "job": job["job"], "dt": round(r.dt, 3),
+                                "boundary": f"{s - 1}/{s}", "statistic": name,
+                                "min_margin": round(min(m), 2),
+                                "median_margin": round(float(np.median(m)), 2),
+                                "not_first": sum(v < 0 for v in m), "replicas": len(m)})
+    return out
+
+
+def main() -> None:
+    rows = [row for arg in sys.argv[1:] for row in boundaries(Path(arg))]
+    for row in rows:
+        print(f"{row['recording']:28s} {row['boundary']:5s} {row['statistic']:10s} "
+              f"min {row['min_margin']:7.2f} median {row['median_margin']:7.2f} "
+              f"not first {row['not_first']}/{row['replicas']}")
+    summary: dict[str, Any] = {}
+    for name in sorted({r["statistic"] for r in rows}):
+        mine = [r for r in rows if r["statistic"] == name]
+        summary[name] = {"not_first_share": round(sum(r["not_first"] for r in mine)
+                                                  / max(1, sum(r["replicas"] for r in mine)), 3),
+                         "min_margin": min(r["min_margin"] for r in mine)}
+    print(json.dumps({"bench": "partners", "boundaries": len(rows) // max(1, len(summary)),
+                      "statistics": summary}))
+
+
+if __name__ == "__main__":
+    main()
