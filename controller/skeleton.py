@@ -55,7 +55,8 @@ AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
 ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
-MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: partners unknowable
+MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: no pace
+MIN_TRANSFER_GAP_SAMPLES = 0.5  # ...closer than this: no transfers either, partners unknowable
 # The widest gap between two hosts' clocks (NTP: each within about 25 ms
 # of true time). Offsets apart by twice this are not clocks: one endpoint
 # per rail reducing that far from the next level is a stage, and members of
@@ -439,7 +440,7 @@ def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: n
 
 def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                    rail_of: np.ndarray, ntx: np.ndarray, nrx: np.ndarray,
-                   resolved: list[bool] | None = None) -> tuple[list[np.ndarray], list[str]]:
+                   gaps: list[float] | None = None) -> tuple[list[np.ndarray], list[str]]:
     """Pairs of corresponding endpoints in adjacent stages. Replicas are built
     as chains, stage by stage: each next stage's units are assigned to the
     chains whose pace they share (the chain's mean wobble so far, so every
@@ -447,11 +448,14 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
     whose best chain is not clearly better than another, by the pace of the
     two replicas concerned and by the transfers between the units, keeps
     both (recall first); a stage whose assignment is no better than chance keeps every
-    cross pair, and so does a boundary the sampling cannot resolve
-    (`resolved[s - 1]` False for stages s - 1 and s): when both stages
-    reduce within one sample, activations between them have no instant of
-    their own, and any pace or transfer score is an artefact of where the
-    samples fall, however confident it looks."""
+    cross pair. `gaps[s - 1]`: how many samples apart stages s - 1 and s
+    reduce. Within one sample the pace is an artefact of where the samples
+    fall, however confident it looks; the transfers between the two stages
+    still have samples of their own while the reductions are half a sample
+    apart or more, and alone, against their own noise (`transfer_near`),
+    they narrow the partners (bench/partners.py: on the dev set resampled
+    to 0.5 s every true partner comes first, at 1 s a fifth do not). Closer
+    still, every cross pair is kept."""
     k = wobble.shape[1]
     noise = 1.0 / np.sqrt(max(k, 1))
     chunks: list[np.ndarray] = []
@@ -474,10 +478,21 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                 chunks.extend(_same_rail_cross(prev, nxt, rail_of))
                 chains = [chains[0] + [nxt[0]]]
                 continue
-            if resolved is not None and not resolved[s - 1]:
-                chunks.extend(_same_rail_cross(prev, nxt, rail_of))
-                notes.append(f"rails {list(key)}: stages {s - 1}/{s} reduce within one sample "
-                             "of each other, kept all cross pairs")
+            if gaps is not None and gaps[s - 1] < MIN_GAP_SAMPLES:
+                if gaps[s - 1] >= MIN_TRANSFER_GAP_SAMPLES and len(nxt) == len(prev):
+                    t = transfer_scores(prev, nxt, ntx, nrx, rail_of)
+                    near = transfer_near(t, max_assignment(t)[1])[0]
+                    for i, close in enumerate(near):
+                        chunks.extend(_same_rail_cross([prev[i]], [nxt[x] for x in close],
+                                                       rail_of))
+                    notes.append(f"rails {list(key)}: stages {s - 1}/{s} reduce within one sample "
+                                 "of each other, partners by transfers alone (kept "
+                                 f"{sum(len(x) - 1 for x in near)} alternative(s))")
+                else:
+                    chunks.extend(_same_rail_cross(prev, nxt, rail_of))
+                    notes.append(f"rails {list(key)}: stages {s - 1}/{s} reduce within half a "
+                                 "sample of each other, kept all cross pairs")
+                # Nobody knows who continues which chain: start anew.
                 chains = [[u] for u in nxt]
                 continue
             if not chains or len(nxt) != len(chains):
@@ -769,8 +784,8 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     if pp > 1:
         ntx, nrx = (_group_residual(v, groups) for v in (htx, hrx))
         level = [float(np.median(offset[st])) for st in stage_sets]
-        resolved = [abs(b - a) >= MIN_GAP_SAMPLES * r.dt for a, b in zip(level, level[1:], strict=False)]
-        more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx, resolved)
+        gaps = [abs(b - a) / r.dt for a, b in zip(level, level[1:], strict=False)]
+        more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx, gaps)
         chunks.extend(more)
         notes.extend(chain_notes)
         widened = bool(chain_notes)  # each note is a boundary whose partners stayed open

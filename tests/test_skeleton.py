@@ -233,7 +233,31 @@ def test_stages_within_one_sample_keep_every_cross_pair(dp, tp, pp, period, seed
     sk = got["j"]
     assert truth["j"].pairs <= sk.pairs
     assert (sk.dp, sk.tp, sk.pp) == (dp, tp, pp) and sk.confidence >= 0.5
-    assert any("within one sample" in n for n in sk.notes)
+    assert any("reduce within" in n for n in sk.notes)
+
+
+@pytest.mark.parametrize("gap, narrowed", [(0.7, True), (0.3, False), (1.5, True)])
+def test_stages_a_fraction_of_a_sample_apart_pair_by_transfers_alone(gap, narrowed):
+    """Three replicas, their units one endpoint each on one rail, the true
+    partners' sends showing as each other's receives. Half a sample apart
+    or more the transfers alone pair them exactly (the pace, here pure
+    noise, is not consulted below one sample); closer, every cross pair is
+    kept."""
+    from controller.skeleton import chain_replicas
+
+    rng = np.random.default_rng(2)
+    k = 400
+    z = rng.normal(size=(3, k))
+    ntx = np.vstack([z, rng.normal(size=(3, k))])
+    nrx = np.vstack([rng.normal(size=(3, k)), z + 0.5 * rng.normal(size=(3, k))])
+    ntx /= np.linalg.norm(ntx, axis=1, keepdims=True)
+    nrx /= np.linalg.norm(nrx, axis=1, keepdims=True)
+    units = [[np.array([i]) for i in range(3)], [np.array([3 + i]) for i in range(3)]]
+    chunks, notes = chain_replicas(units, rng.normal(size=(6, 30)), np.zeros(6, dtype=int),
+                                   ntx, nrx, [gap])
+    pairs = {tuple(p) for c in chunks for p in c.tolist()}
+    assert pairs == ({(i, 3 + i) for i in range(3)} if narrowed
+                     else {(i, 3 + j) for i in range(3) for j in range(3)})
 
 
 def test_simulate_then_infer_round_trip(tmp_path, capsys):
