@@ -36,6 +36,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from netskel.topology import link_id  # noqa: E402
+
 CLEAN = ROOT.parent / "shared/data/dev/faults/dev-fa1_clean_busy"
 KINDS = ("bigdrop", "nicslow", "flap", "tordown", "torloss", "spinedown", "spinelat")
 ENDPOINT, TOR, SPINE = "jobA-w003/rnic5", "tor-r5-1", "spine-3"
@@ -76,7 +80,7 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0) -> dict[str, Any]:
     if kind in ("bigdrop", "nicslow", "flap"):
         nic = nic_of[ENDPOINT]
         tor = next(iter(_neighbours(topo, nic)))
-        component = {"type": "link", "id": "~".join(sorted((nic, tor)))}
+        component = {"type": "link", "id": link_id(nic, tor)}
         hit = window & ((src == ENDPOINT) | (dst == ENDPOINT))
         if kind == "bigdrop":
             lose = hit & (size >= 1024)

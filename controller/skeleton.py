@@ -482,9 +482,7 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                 if gaps[s - 1] >= MIN_TRANSFER_GAP_SAMPLES and len(nxt) == len(prev):
                     t = transfer_scores(prev, nxt, ntx, nrx, rail_of)
                     near = transfer_near(t, max_assignment(t)[1])[0]
-                    for i, close in enumerate(near):
-                        chunks.extend(_same_rail_cross([prev[i]], [nxt[x] for x in close],
-                                                       rail_of))
+                    chunks.extend(_near_pairs(prev, nxt, near, rail_of))
                     notes.append(f"rails {list(key)}: stages {s - 1}/{s} reduce within one sample "
                                  "of each other, partners by transfers alone (kept "
                                  f"{sum(len(x) - 1 for x in near)} alternative(s))")
@@ -526,8 +524,7 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
             if extra:
                 notes.append(f"rails {list(key)}: stages {s - 1}/{s}: kept {extra} alternative "
                              "partner(s) the evidence could not exclude")
-            for i, close in enumerate(near):
-                chunks.extend(_same_rail_cross([prev[i]], [nxt[x] for x in close], rail_of))
+            chunks.extend(_near_pairs(prev, nxt, near, rail_of))
             if extra:
                 # Who continues which chain is in doubt: a guess carried on
                 # would lend its pace history to the wrong replica at the
@@ -702,6 +699,14 @@ def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
         out[g] = x[g] - x[g].mean(axis=0, keepdims=True)
     out /= np.sqrt(np.einsum("ij,ij->i", out, out))[:, None] + 1e-12
     return out
+
+
+def _near_pairs(prev: list[np.ndarray], nxt: list[np.ndarray], near: list[np.ndarray],
+                rail_of: np.ndarray) -> list[np.ndarray]:
+    """Same-rail pairs of each unit of `prev` with the units of `nxt` its
+    row of `near` keeps."""
+    return [c for i, close in enumerate(near)
+            for c in _same_rail_cross([prev[i]], [nxt[x] for x in close], rail_of)]
 
 
 def _same_rail_cross(a_units: list[np.ndarray], b_units: list[np.ndarray],
