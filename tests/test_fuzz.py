@@ -24,7 +24,7 @@ from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
-from netskel.cli import main
+from netskel.cli import main, write_json_atomic
 from netskel.csvimport import REQUIRED, read_rows, to_records
 from netskel.errors import InputError
 from netskel.ofdump import DumpError, read_dump
@@ -61,6 +61,16 @@ def _mutate(doc, path, value):
             return doc
         node = node[k]
     return doc
+
+
+@FAST
+@given(doc=json_value)
+def test_json_writer_reads_back_as_written(tmp_path_factory, doc):
+    """The hand-laid-out writer of every output file is still JSON, and the
+    same document, whatever mix of lists, objects and scalars it holds."""
+    out = tmp_path_factory.mktemp("json") / "out.json"
+    write_json_atomic(out, doc)
+    assert json.loads(out.read_text()) == doc
 
 
 @FAST

@@ -416,16 +416,19 @@ def test_a_job_without_a_collective_is_not_vouched_for():
 
 
 @pytest.mark.parametrize("equal", [True, False])
-def test_endpoint_time_order_matches_a_lexsort_of_shuffled_rows(equal):
-    """Rows out of order within some endpoints (equal run lengths take the
-    2-D path, unequal ones the per-run sorts): the order is by endpoint,
-    then time, exactly as np.lexsort gives it."""
+@pytest.mark.parametrize("ties", [False, True])
+def test_endpoint_time_order_matches_a_lexsort_of_shuffled_rows(equal, ties):
+    """Rows out of order within endpoints (equal and unequal run lengths;
+    repeated timestamps, whose rows must keep their file order): the order
+    is by endpoint, then time, exactly as np.lexsort gives it."""
     from controller.skeleton import _endpoint_time_order
 
     rng = np.random.default_rng(7)
     counts = np.full(50, 40) if equal else rng.integers(2, 80, 50)
     code = np.repeat(np.arange(50), counts)
     ts = np.concatenate([np.sort(rng.uniform(0, 100, c)) for c in counts])
+    if ties:
+        ts = np.round(ts / 10.0) * 10.0
     mess = rng.permutation(len(code))
     code, ts = code[mess], ts[mess]
     order, t = _endpoint_time_order(code, ts, np.bincount(code, minlength=50))
