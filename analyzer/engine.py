@@ -29,7 +29,7 @@ from analyzer.detect import (
     poisson_sf,
 )
 from analyzer.history import PairHistory
-from analyzer.localize import Finding, Pair, localize, worst_symptom
+from analyzer.localize import CERTAIN, Finding, Pair, localize, worst_symptom
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.routesums import RouteSums
@@ -675,7 +675,7 @@ class Analyzer:
             # Pooled and cleared only on links every path of the pair crosses:
             # a traced route is one flow's path, not all of the pair's probes.
             for g in [("pair", *pair)] + [("link", link, "") for link, wt in
-                                          self._spread(pair).items() if wt >= 1.0]:
+                                          self._spread(pair).items() if wt >= CERTAIN]:
                 code = gid.get(g)
                 if code is None:
                     code = gid[g] = len(gid)

@@ -32,6 +32,8 @@ from netskel.model import Component
 Pair = tuple[str, str]
 # pair -> {link id: weight}; weight 1 for a link every path crosses.
 Candidates = Callable[[Pair], Mapping[str, float]]
+# A weight that is a sum of route shares may miss 1 by rounding: still certain.
+CERTAIN = 1.0 - 1e-9
 OverlayTrace = Callable[[Pair], Trace]
 SwitchesOf = Callable[[str], tuple[str, ...]]  # link id -> the switches at its ends
 
@@ -134,7 +136,7 @@ def _underlay_findings(rest: Mapping[Pair, str], healthy: set[Pair], candidates:
         tally: dict[str, int] = defaultdict(int)
         for pair in healthy:
             for link, w in candidates(pair).items():
-                if w >= 1.0:
+                if w >= CERTAIN:
                     tally[link] += 1
         clears = tally
     else:
@@ -216,7 +218,7 @@ def _absorb_into_switches(found: list[Finding], candidates: Candidates,
     for f in found:
         home = None
         if f.component.type == "link":
-            crossed = [{sw for link, w in candidates(p).items() if w >= 1.0 - 1e-9
+            crossed = [{sw for link, w in candidates(p).items() if w >= CERTAIN
                         for sw in switches_of(link)} for p in f.pairs]
             home = next((s for s in switches if all(s.component.id in c for c in crossed)), None)
         if home is None:
