@@ -496,8 +496,11 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                                  f"{sum(len(x) - 1 for x in near)} alternative(s))")
                 else:
                     chunks.extend(_same_rail_cross(prev, nxt, rail_of))
-                    notes.append(f"rails {list(key)}: stages {s - 1}/{s} reduce within half a "
-                                 "sample of each other, kept all cross pairs")
+                    why = ("reduce within half a sample of each other"
+                           if gaps[s - 1] < MIN_TRANSFER_GAP_SAMPLES else
+                           "reduce within one sample of each other and have unequal replicas")
+                    notes.append(f"rails {list(key)}: stages {s - 1}/{s} {why}, kept all cross "
+                                 "pairs")
                 # Nobody knows who continues which chain: start anew.
                 chains = [[u] for u in nxt]
                 continue
