@@ -200,6 +200,23 @@ def channel(target: str, sec: Security, options: Sequence[tuple[str, Any]] = ())
     return grpc.secure_channel(target, creds, options=opts)
 
 
+def aio_channel(target: str, sec: Security, options: Sequence[tuple[str, Any]] = ()
+                ) -> grpc.aio.Channel:
+    """`channel` on gRPC's asyncio client (the agent's control session).
+    Mutual TLS or plaintext; a bearer token rides on TLS only (agents prove
+    who they are by certificate, never by token)."""
+    opts = list(options)
+    if sec.tls is None:
+        if sec.token:
+            raise InputError("a bearer token needs TLS on this channel")
+        return grpc.aio.insecure_channel(target, options=opts)
+    creds = grpc.ssl_channel_credentials(sec.tls.ca, sec.tls.key or None, sec.tls.cert or None)
+    if sec.token:
+        creds = grpc.composite_channel_credentials(
+            creds, grpc.access_token_call_credentials(sec.token))
+    return grpc.aio.secure_channel(target, creds, options=opts)
+
+
 class _TokenInterceptor(grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
                         grpc.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
     """The bearer token on a plaintext channel (grpc refuses call credentials

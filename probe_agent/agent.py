@@ -5,13 +5,15 @@ its statistics queued (bounded) and reconnects with backoff."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import queue
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import grpc
 
@@ -24,7 +26,7 @@ from netskel.backoff import Backoff
 from netskel.config import AgentConfig
 from netskel.errors import InputError
 from netskel.model import CounterSample, VSwitchDump, WindowStats
-from netskel.security import Security, channel
+from netskel.security import Security, aio_channel, channel
 from probe_agent import check, counters, metrics, trace, vswitch, wire
 from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
 from probe_agent.udp import Prober, ProbeTarget, ReplyHook, Responder, SentHook
@@ -66,6 +68,16 @@ def split_targets(targets: Iterable[Target], rdma_sources: set[str]
         else:
             udp.append(t)
     return rdma, udp
+
+
+async def _first(*waits: Awaitable[object]) -> None:
+    """Until the first of `waits` is done (the others cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 class Agent:
@@ -110,6 +122,11 @@ class Agent:
         self.registered = False
         self.ready = True  # the responder sockets are bound
         self._threads: list[threading.Thread] = []
+        # Set by the control loop while it runs: wake its report stream;
+        # end it (from any thread).
+        self._queued = asyncio.Event()  # a report was queued (the control loop's)
+        self._wake: Callable[[], object] = lambda: None
+        self._stop_loop: Callable[[], object] = lambda: None
 
     # -- probe bookkeeping --------------------------------------------------
     def _accumulators(self) -> dict[str, WindowAccumulator]:
@@ -134,6 +151,7 @@ class Agent:
         while True:
             try:
                 self.reports.put_nowait(report)
+                self._wake()
                 return
             except queue.Full:
                 try:  # keep the newest: drop the oldest
@@ -267,22 +285,28 @@ class Agent:
                             host=self.cfg.host, endpoints=self.endpoints,
                             probe_port=self.probe_port, agent_version=VERSION)
 
-    def _report_iter(self, end: threading.Event) -> Iterator[pb.AgentReport]:
-        while not end.is_set() and not self.stop_event.is_set():
+    async def _reports(self, end: asyncio.Event) -> AsyncIterator[pb.AgentReport]:
+        """The queued reports as a stream; waits without polling (producers
+        in other threads wake the loop through `_enqueue`)."""
+        while not end.is_set():
             try:
-                yield self.reports.get(timeout=0.5)
-            except queue.Empty:
+                yield self.reports.get_nowait()
                 continue
+            except queue.Empty:
+                pass
+            self._queued.clear()
+            if self.reports.empty():  # a put after this sets _queued again
+                await _first(self._queued.wait(), end.wait())
 
-    def _session(self, channel: grpc.Channel) -> None:
+    async def _session(self, ch: grpc.aio.Channel, stopping: asyncio.Event) -> None:
         """One connection's life; returns when it breaks or the agent stops."""
-        stub = pb_grpc.ControllerStub(channel)
+        stub = pb_grpc.ControllerStub(ch)
         if self.registered:
-            known = stub.Heartbeat(pb.HeartbeatRequest(container=self.cfg.container,
-                                                       ready=self.ready), timeout=5).known
+            known = (await stub.Heartbeat(pb.HeartbeatRequest(container=self.cfg.container,
+                                                              ready=self.ready), timeout=5)).known
             self.registered = known
         if not self.registered:
-            resp = stub.Register(serde.registration_to_pb(self.registration()), timeout=5)
+            resp = await stub.Register(serde.registration_to_pb(self.registration()), timeout=5)
             self.registered = True
             self.heartbeat_s = resp.heartbeat_interval_ms / 1000 or 1.0
             self.switch_names = dict(resp.switch_addresses)
@@ -290,63 +314,87 @@ class Agent:
                 self.window_s = float(resp.window_seconds)
                 with self._acc_lock:
                     self.accs = self._accumulators()
-        end = threading.Event()
+        end = asyncio.Event()
         watch = stub.WatchPingList(pb.WatchPingListRequest(container=self.cfg.container))
 
-        def follow() -> None:
+        async def follow() -> None:
             try:
-                for update in watch:
+                async for update in watch:
                     self.apply_update(update)
             except grpc.RpcError as e:
                 log.info("ping-list stream ended: %s", e.code())
             finally:
                 end.set()
 
-        def report() -> None:
+        async def report() -> None:
             try:
-                stub.Report(self._report_iter(end))
+                await stub.Report(self._reports(end))
             except grpc.RpcError as e:
                 log.info("report stream ended: %s", e.code())
             finally:
                 end.set()
 
-        threads = [threading.Thread(target=follow, daemon=True, name="watch"),
-                   threading.Thread(target=report, daemon=True, name="report")]
-        for t in threads:
-            t.start()
+        async def stop_when_asked() -> None:
+            await stopping.wait()
+            end.set()
+
+        tasks = [asyncio.create_task(f()) for f in (follow, report, stop_when_asked)]
         try:
-            while not end.is_set() and not self.stop_event.is_set():
-                known = stub.Heartbeat(pb.HeartbeatRequest(container=self.cfg.container,
-                                                           ready=self.ready),
-                                       timeout=max(2.0, 2 * self.heartbeat_s)).known
+            while not end.is_set():
+                known = (await stub.Heartbeat(pb.HeartbeatRequest(container=self.cfg.container,
+                                                                  ready=self.ready),
+                                              timeout=max(2.0, 2 * self.heartbeat_s))).known
                 if not known:
                     self.registered = False
                     break
-                end.wait(self.heartbeat_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(end.wait(), self.heartbeat_s)
         finally:
             end.set()
-            watch.cancel()  # type: ignore[no-untyped-call]
-            for t in threads:
-                t.join(timeout=5)
+            watch.cancel()
+            await asyncio.wait(tasks, timeout=5)
+            for t in tasks:
+                t.cancel()
 
-    def _control_loop(self) -> None:
+    async def _control(self) -> None:
+        """Register, follow the list, report, heartbeat: one event loop on
+        gRPC's asyncio client. The sync client polls every blocking call and
+        stream every 100 ms (a thread per stream): an idle sidecar's largest
+        cost (bench/agent_overhead.py)."""
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+
+        def soon(event: asyncio.Event) -> Callable[[], None]:
+            def set_it() -> None:
+                with contextlib.suppress(RuntimeError):  # the loop has closed: stopping
+                    loop.call_soon_threadsafe(event.set)
+            return set_it
+
+        self._wake, self._stop_loop = soon(self._queued), soon(stopping)
+        if self.stop_event.is_set():
+            return
         backoff = Backoff()
         self.heartbeat_s = 1.0
-        while not self.stop_event.is_set():
-            ch = channel(self.cfg.controller, self.sec)
+        while not stopping.is_set():
             started = time.monotonic()
+            ch = aio_channel(self.cfg.controller, self.sec)
             try:
-                self._session(ch)
+                await self._session(ch, stopping)
             except grpc.RpcError as e:
-                log.warning("controller %s: %s: %s", self.cfg.controller, e.code().name, e.details())
+                log.warning("controller %s: %s: %s", self.cfg.controller, e.code().name,
+                            e.details())
             finally:
-                ch.close()
-            if self.stop_event.is_set():
+                await ch.close(None)
+            if stopping.is_set():
                 break
             if time.monotonic() - started > 10:
                 backoff.reset()
             metrics.CONTROLLER_RECONNECTS.inc()
-            self.stop_event.wait(backoff.next())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), backoff.next())
+
+    def _control_loop(self) -> None:
+        asyncio.run(self._control())
 
     def start(self) -> None:
         for name, fn in (("responder", lambda: self.responder.serve(self.stop_event)),
@@ -368,6 +416,7 @@ class Agent:
         controller this container is leaving, so its peers drop it and no
         incident opens. A crash does not: that is an agent-layer incident."""
         self.stop_event.set()
+        self._stop_loop()
         for t in self._threads:
             t.join(timeout=5)
         self.prober.close()

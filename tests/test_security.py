@@ -19,7 +19,7 @@ from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
 from netskel.config import AnalyzerConfig, ControllerConfig
 from netskel.errors import InputError
-from netskel.security import Security, Tls, channel, from_flags, make_certs, safe_stem
+from netskel.security import Security, Tls, aio_channel, channel, from_flags, make_certs, safe_stem
 from probe_agent.agent import Agent
 from tests.helpers import wait_for
 from tests.test_agent_loopback import agent_cfg
@@ -189,6 +189,9 @@ def test_flags_say_tls_or_insecure_in_one_clear_error(certs, tmp_path):
     with pytest.raises(InputError, match="16 or more"):
         from_flags("", "", "", True, "analyzer", str(short))
     assert from_flags("", "", "", True, "analyzer").insecure
+    # The agent's asyncio channel: a token is never sent in the clear.
+    with pytest.raises(InputError, match="needs TLS"):
+        aio_channel("localhost:1", Security(None, TOKEN))
 
 
 def _write(path, data: bytes):
