@@ -193,11 +193,16 @@ def channel(target: str, sec: Security, options: Sequence[tuple[str, Any]] = ())
         if sec.token:
             ch = grpc.intercept_channel(ch, _TokenInterceptor(sec.token))
         return ch
-    creds = grpc.ssl_channel_credentials(sec.tls.ca, sec.tls.key or None, sec.tls.cert or None)
-    if sec.token:
-        creds = grpc.composite_channel_credentials(
-            creds, grpc.access_token_call_credentials(sec.token))
-    return grpc.secure_channel(target, creds, options=opts)
+    return grpc.secure_channel(target, _credentials(sec.tls, sec.token), options=opts)
+
+
+def _credentials(tls: Tls, token: str | None) -> grpc.ChannelCredentials:
+    """This process's certificate against the CA, and the bearer token on
+    every call when one is given."""
+    creds = grpc.ssl_channel_credentials(tls.ca, tls.key or None, tls.cert or None)
+    if token:
+        creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
+    return creds
 
 
 def aio_channel(target: str, sec: Security, options: Sequence[tuple[str, Any]] = ()
@@ -210,11 +215,7 @@ def aio_channel(target: str, sec: Security, options: Sequence[tuple[str, Any]] =
         if sec.token:
             raise InputError("a bearer token needs TLS on this channel")
         return grpc.aio.insecure_channel(target, options=opts)
-    creds = grpc.ssl_channel_credentials(sec.tls.ca, sec.tls.key or None, sec.tls.cert or None)
-    if sec.token:
-        creds = grpc.composite_channel_credentials(
-            creds, grpc.access_token_call_credentials(sec.token))
-    return grpc.aio.secure_channel(target, creds, options=opts)
+    return grpc.aio.secure_channel(target, _credentials(sec.tls, sec.token), options=opts)
 
 
 class _TokenInterceptor(grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
