@@ -329,9 +329,13 @@ def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
     count with the clearest separation wins, and none (pp = 1) unless it is
     clear. The latest reduction is stage 0 (the last stage's backward ends
     first, so it reduces first).
-    A stage holds two or more endpoints per rail (a collective) unless its
-    levels are further apart than clocks can put them: one endpoint per rail
-    apart from the rest is otherwise a host's clock offset. With one host
+    Levels closer than the clocks' spread are no stages whatever they hold:
+    host clocks alone put hosts that many ms apart, and a few hosts whose
+    clocks happen to agree form a level of their own (a pure data-parallel
+    job split in two by its hosts' clocks). A stage holds two or more
+    endpoints per rail (a collective) unless its levels are further apart
+    than twice that: one endpoint per rail apart from the rest is otherwise
+    a host's clock offset. With one host
     per stage (tp x dp = a host's GPUs: the DP reduction stays inside the
     host) that is all a stage has, and merging two stages into one would
     pair endpoints that never talk and miss the pairs that do."""
@@ -348,9 +352,14 @@ def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
         if np.any(per_rail % g):
             continue
         labels = rank // (per_rail // g)[rail_code]
-        if np.any(per_rail // g < 2) and _closest_levels(offset, labels) <= 2 * CLOCK_SPREAD_S:
-            continue
         sep = silhouette_1d(offset, labels)
+        closest = _closest_levels(offset, labels)
+        if closest <= CLOCK_SPREAD_S or (np.any(per_rail // g < 2)
+                                         and closest <= 2 * CLOCK_SPREAD_S):
+            # Clocks could make these levels, or stages that close could:
+            # not taken, but a single stage is then no surer than the split.
+            other = max(other, sep)
+            continue
         if sep > best[0]:
             if best[1] is not None:
                 other = max(other, best[0])

@@ -389,6 +389,29 @@ def test_one_endpoint_per_rail_is_a_stage_only_beyond_clock_offsets():
     np.testing.assert_array_equal(got.labels, host)
 
 
+def test_hosts_whose_clocks_agree_are_no_stage_and_lower_the_confidence():
+    """A pure data-parallel job whose eight hosts' clocks fall in two groups
+    (four hosts at -15 ms, four at +15 ms: within what NTP allows) has two
+    clean levels of several endpoints per rail; closer than the clocks'
+    spread they are no stages, but the single stage answered is then no
+    surer than that split. The same levels a microbatch's backward apart
+    are stages."""
+    from controller.skeleton import CLOCK_SPREAD_S, split_stages
+
+    rng = np.random.default_rng(11)
+    host = np.repeat(np.arange(8), 8)  # 8 hosts x 8 rails
+    rail = np.tile(np.arange(8), 8)
+    group = (np.arange(8) >= 4).astype(int)
+    clocks = np.where(group == 1, 0.3, -0.3) * CLOCK_SPREAD_S
+    offset = clocks[host] + rng.normal(0, 0.001, 64)
+    got = split_stages(offset, rail)
+    assert got.labels.max() == 0
+    assert got.best_other > 0.9  # the clock split was clean: pp = 1 is not vouched for
+    staged = np.where(group == 1, -0.15, 0.15)[host] + rng.normal(0, 0.001, 64)
+    got = split_stages(staged, rail)
+    np.testing.assert_array_equal(got.labels, group[host])
+
+
 def test_one_replica_per_rail_set_needs_no_partner_evidence():
     """One host per stage at 1 s sampling: adjacent stages reduce within a
     sample, which leaves partners unknowable where several replicas share
