@@ -335,10 +335,10 @@ def split_stages(offset: np.ndarray, rail_of: np.ndarray) -> StageSplit:
     job split in two by its hosts' clocks). A stage holds two or more
     endpoints per rail (a collective) unless its levels are further apart
     than twice that: one endpoint per rail apart from the rest is otherwise
-    a host's clock offset. With one host
-    per stage (tp x dp = a host's GPUs: the DP reduction stays inside the
-    host) that is all a stage has, and merging two stages into one would
-    pair endpoints that never talk and miss the pairs that do."""
+    a host's clock offset. With one host per stage (tp x dp = a host's GPUs:
+    the DP reduction stays inside the host) that is all a stage has, and
+    merging two stages into one would pair endpoints that never talk and
+    miss the pairs that do."""
     n = len(offset)
     rails, rail_code = np.unique(rail_of, return_inverse=True)
     per_rail = np.bincount(rail_code)
