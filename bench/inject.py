@@ -13,6 +13,7 @@ Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3;
   bigdrop    probes of 1 KB and more to and from the endpoint lost
   nicslow    +80 us on the endpoint's probes
   flap       the endpoint's link: 5 s of total loss every minute
+  drift      the endpoint's link: latency creeping from +0 to +30 us over the window
   tordown    every probe through the ToR lost
   torloss    3 % of probes through the ToR lost
   spinedown  every probe through the spine lost
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from netskel.topology import link_id  # noqa: E402
 
 CLEAN = ROOT.parent / "shared/data/dev/faults/dev-fa1_clean_busy"
-KINDS = ("bigdrop", "nicslow", "flap", "tordown", "torloss", "spinedown", "spinelat")
+KINDS = ("bigdrop", "nicslow", "flap", "drift", "tordown", "torloss", "spinedown", "spinelat")
 ENDPOINT, TOR, SPINE = "jobA-w003/rnic5", "tor-r5-1", "spine-3"
 START_S, LENGTH_S = 400.0, 400.0
 
@@ -77,7 +78,7 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0) -> dict[str, Any]:
 
     lose = np.zeros(len(ts), dtype=bool)
     slow = 0.0
-    if kind in ("bigdrop", "nicslow", "flap"):
+    if kind in ("bigdrop", "nicslow", "flap", "drift"):
         nic = nic_of[ENDPOINT]
         tor = next(iter(_neighbours(topo, nic)))
         component = {"type": "link", "id": link_id(nic, tor)}
@@ -86,6 +87,9 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0) -> dict[str, Any]:
             lose = hit & (size >= 1024)
         elif kind == "flap":
             lose = hit & (((ts - start) % 60.0) < 5.0)
+        elif kind == "drift":
+            slow = 30.0
+            rtt[hit] += slow * (ts[hit] - start) / LENGTH_S
         else:
             slow = 80.0
             rtt[hit] += slow
