@@ -53,6 +53,7 @@ TP_MAJORITY = 0.75  # share of containers that must split alike to show tensor g
 TRANSFER_MARGIN = 0.2  # partners' transfer correlation must beat the rest by this
 AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
+POOLED_SPREAD_ROWS = 8  # rows up to which transfer scores' spread is pooled over all rows
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
 ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
 MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: no pace
@@ -634,7 +635,7 @@ def _transfer_evidence(c: np.ndarray, cols: np.ndarray
     off = np.where(rows[None, :] == cols[:, None], np.nan, c)
     mu = np.nanmean(off, axis=1)
     # Too few alternatives per row (eight or fewer): one spread for all.
-    sd = np.maximum(np.nanstd(off, axis=1, ddof=1) if n > 8
+    sd = np.maximum(np.nanstd(off, axis=1, ddof=1) if n > POOLED_SPREAD_ROWS
                     else np.full(n, float(np.nanstd(off - mu[:, None], ddof=1))), 1e-9)
     best_by_luck = NormalDist().inv_cdf(1.0 - 1.0 / n)
     strength = np.maximum(mine - mu - best_by_luck * sd, 0.0)
@@ -656,7 +657,14 @@ def transfer_near(c: np.ndarray, cols: np.ndarray) -> tuple[list[np.ndarray], np
     if n < 3:
         return _near_assignments(c, cols, 2 * TRANSFER_MARGIN), np.zeros(n, dtype=bool)
     loss, z, unresolved = _transfer_evidence(c, cols)
-    keep = (loss <= 2 * TRANSFER_MARGIN) | (z <= miss_z(n - 1))
+    # Eight or fewer alternatives give a spread of a dozen values (pooled):
+    # a fixed margin backs the z-test up there (on the dev set resampled to
+    # 0.25 s, a boundary's transfers all point wrong and the true partner
+    # scores below the rest: z alone drops it). With more, each row's own
+    # spread decides; the margin kept hundreds of partners the transfers
+    # had ruled out many noise levels over (4,096 endpoints).
+    floor = 2 * TRANSFER_MARGIN if n <= POOLED_SPREAD_ROWS else 0.0
+    keep = (loss <= floor) | (z <= miss_z(n - 1))
     near = [np.flatnonzero(row) for row in keep]
     if unresolved.sum() > 1:
         free = cols[unresolved]
