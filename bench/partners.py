@@ -31,16 +31,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.infer import job_rates, read_throughput  # noqa: E402
-from controller.skeleton import one_way_outliers, transfer_scores  # noqa: E402
+from controller.skeleton import (  # noqa: E402
+    _group_residual,
+    one_way_outliers,
+    transfer_scores,
+)
 from controller.timing import collective_mask, high_passed, symmetric  # noqa: E402
 from netskel.topology import load_topology  # noqa: E402
-
-
-def _residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
-    out = np.empty_like(x)
-    for g in groups:
-        out[g] = x[g] - x[g].mean(axis=0, keepdims=True)
-    return np.asarray(out / (np.linalg.norm(out, axis=1, keepdims=True) + 1e-12))
 
 
 def margins(scores: np.ndarray, true: np.ndarray, samples: int) -> list[float]:
@@ -85,7 +82,8 @@ def boundaries(d: Path) -> list[dict[str, Any]]:
             "net": (tx - rx, rx - tx),
             "net_masked": (np.where(mask, 0.0, tx - rx), np.where(mask, 0.0, rx - tx)),
         }
-        stats = {k: (_residual(a, groups), _residual(b, groups)) for k, (a, b) in stats.items()}
+        stats = {k: (_group_residual(a, groups), _group_residual(b, groups))
+                 for k, (a, b) in stats.items()}
 
         for s in range(1, len(stages)):
             a, b = (_units(topo, eps, stages[k]) for k in (s - 1, s))
