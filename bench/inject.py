@@ -9,7 +9,7 @@ it and `bench/variants.py` makes its harder copies.
     python bench/accuracy.py OUT --only faults
 
 Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3;
-400 s from 400 s into the recording):
+400 s from 400 s into the recording unless --start/--length say otherwise):
   bigdrop    probes of 1 KB and more to and from the endpoint lost
   nicslow    +80 us on the endpoint's probes
   flap       the endpoint's link: 5 s of total loss every minute
@@ -52,7 +52,8 @@ def _neighbours(topo: dict[str, Any], node: str) -> set[str]:
             | {ln["b"] for ln in topo["links"] if ln["a"] == node})
 
 
-def inject(kind: str, clean: Path, out: Path, seed: int = 0) -> dict[str, Any]:
+def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = START_S,
+           length_s: float = LENGTH_S) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(clean / "topology.json", out / "topology.json")
     topo = json.loads((clean / "topology.json").read_text())
@@ -64,8 +65,8 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0) -> dict[str, Any]:
     rtt = t.column("rtt_us").to_numpy(zero_copy_only=False).astype(np.float64)
     route = t.column("route").to_numpy(zero_copy_only=False)
     rng = np.random.default_rng(seed)
-    start = float(ts.min()) + START_S
-    window = (ts >= start) & (ts < start + LENGTH_S)
+    start = float(ts.min()) + start_s
+    window = (ts >= start) & (ts < start + length_s)
     nic_of = {e["id"]: e["nic"] for c in topo["containers"] for e in c["endpoints"]}
     hops = [set(r.split(">")) if r else set() for r in route]
 
@@ -89,7 +90,7 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0) -> dict[str, Any]:
             lose = hit & (((ts - start) % 60.0) < 5.0)
         elif kind == "drift":
             slow = 30.0
-            rtt[hit] += slow * (ts[hit] - start) / LENGTH_S
+            rtt[hit] += slow * (ts[hit] - start) / length_s
         else:
             slow = 80.0
             rtt[hit] += slow
@@ -121,7 +122,7 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0) -> dict[str, Any]:
     pairs = sorted({tuple(sorted(p)) for p in zip(src[affected], dst[affected], strict=True)})
     truth = json.loads((clean / "truth.json").read_text())
     truth["clean"] = False
-    truth["faults"] = [{"id": "X1", "kind": kind, "start": start, "end": start + LENGTH_S,
+    truth["faults"] = [{"id": "X1", "kind": kind, "start": start, "end": start + length_s,
                         "layer": "underlay", "symptom": "latency" if slow else "loss",
                         "component": component, "accept": [], "params": {},
                         "pairs": [list(p) for p in pairs]}]
@@ -135,8 +136,11 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--clean", type=Path, default=CLEAN)
+    ap.add_argument("--start", type=float, default=START_S, help="seconds into the recording")
+    ap.add_argument("--length", type=float, default=LENGTH_S, help="seconds the fault lasts")
     a = ap.parse_args()
-    made = [inject(k, a.clean, a.out / k) for k in a.kinds.split(",") if k]
+    made = [inject(k, a.clean, a.out / k, start_s=a.start, length_s=a.length)
+            for k in a.kinds.split(",") if k]
     print(json.dumps({"made": made}))
     sys.stdout.flush()
 
