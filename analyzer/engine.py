@@ -49,6 +49,8 @@ MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" cred
 # agent that stopped, a rule the tables show broken or a NIC whose offloaded
 # table disagrees are facts; a link is a vote; an endpoint is a guess.
 DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is what matters)
+# Findings less certain than this wait a window longer before they open an incident.
+WEAK_CONFIDENCE = 0.5
 _RANK = {"agent": 5, "vswitch_rule": 4, "nic": 3, "switch": 2, "link": 2, "host": 2,
          "endpoint": 0}
 
@@ -108,6 +110,8 @@ class Analyzer:
         self._rg_ptr = np.zeros(1, dtype=np.int64)
         self._rg_codes = np.zeros(0, dtype=np.int64)
         self._group_link: list[str] = []  # group id -> link id ("" for a pair group)
+        self._group_ends = np.zeros((0, 2), dtype=np.int64)  # group id -> its switches (-1: none)
+        self._switch_index: dict[str, int] = {}
         self.incidents: dict[str, Incident] = {}
         # Keyed by component: a loss that turns into unreachability is one incident.
         self._open: dict[tuple[str, str], str] = {}
@@ -466,12 +470,14 @@ class Analyzer:
         return dict(got)
 
     def _localize(self, anomalous: dict[Pair, str], healthy: set[Pair],
-                  clears: dict[str, int] | None = None) -> list[Finding]:
+                  clears: dict[str, int] | None = None,
+                  switch_clears: Callable[[str], int] | None = None) -> list[Finding]:
         def candidates(pair: Pair) -> dict[str, float]:
             symptom = anomalous.get(pair)
             return self._route_candidates(pair, symptom) if symptom else self._candidates(pair)
         return localize(anomalous, healthy, self.dead | self._silent, candidates,
-                        lambda p: self.overlay.round_trip(*p), self._switches_of, clears)
+                        lambda p: self.overlay.round_trip(*p), self._switches_of, clears,
+                        switch_clears)
 
     def _switches_of(self, link: str) -> tuple[str, ...]:
         return tuple(x for x in self.topo.links.get(link, ()) if x in self.topo.switches)
@@ -630,9 +636,17 @@ class Analyzer:
                        for i in np.setdiff1d(seen_ids, bad_pairs, assume_unique=True).tolist()}
             healthy_rows = np.flatnonzero(~np.isin(pid, bad_pairs))
             clears = self._link_clears(groups, pid, healthy_rows)
-            for link, n in self._route_clears(healthy).items():
+            routed = self._route_clears(healthy)
+            for link, n in routed.items():
                 clears[link] = max(clears.get(link, 0), n)
-            findings = self._localize(anomalous, healthy, clears)
+            memo: list[dict[str, int]] = []
+
+            def switch_clears(sw: str) -> int:
+                if not memo:
+                    memo.append(self._switch_clears(groups, pid, healthy_rows, routed))
+                return memo[0].get(sw, 0)
+
+            findings = self._localize(anomalous, healthy, clears, switch_clears)
             strong = self._strong_pairs(pid, obs.sustained, sent - lost)
             tail_only = self._tail_only_pairs(pid, obs)
             # Each pair's probes this window: a loss incident's "clean" windows
@@ -706,6 +720,44 @@ class Analyzer:
         return {self._group_link[g]: int(counts[g]) for g in np.flatnonzero(counts).tolist()
                 if self._group_link[g]}
 
+    def _switch_clears(self, groups: Groups, pid: np.ndarray, healthy_rows: np.ndarray,
+                       routed: dict[str, int]) -> dict[str, int]:
+        """Healthy pairs per switch: those with a link every path crosses
+        ending at it (counted once per pair, like `_link_clears`), or, where
+        more, half the routed pairs over its links (a routed path through a
+        switch uses two of its links: how a spine is cleared)."""
+        order = np.argsort(pid[healthy_rows], kind="stable")
+        hr = healthy_rows[order]
+        keep = np.concatenate([[True], pid[hr][1:] != pid[hr][:-1]]) if len(hr) else hr.astype(bool)
+        rows = hr[keep]
+        lens = groups.indptr[rows + 1] - groups.indptr[rows]
+        starts = np.concatenate([[0], np.cumsum(lens)])
+        idx = np.repeat(groups.indptr[rows] - starts[:-1], lens) + np.arange(int(starts[-1]))
+        owner = np.repeat(np.arange(len(rows)), lens)
+        names = self._switch_index
+        have = len(self._group_ends)
+        if have < len(self._group_link):  # groups added since: their links' switches
+            more = np.full((len(self._group_link) - have, 2), -1, dtype=np.int64)
+            for g, link in enumerate(self._group_link[have:]):
+                for j, sw in enumerate(self._switches_of(link) if link else ()):
+                    more[g, j] = names.setdefault(sw, len(names))
+            self._group_ends = np.concatenate([self._group_ends, more])
+        sw_idx = self._group_ends[groups.codes[idx]]  # (entries, 2)
+        who = np.repeat(owner, 2)
+        flat = sw_idx.ravel()
+        ok = flat >= 0
+        n = max(len(names), 1)
+        key = unique(who[ok] * n + flat[ok])
+        counts = np.bincount(key % n, minlength=n)
+        out = {sw: int(counts[i]) for sw, i in names.items()}
+        halves: dict[str, float] = defaultdict(float)
+        for link, c in routed.items():
+            for sw in self._switches_of(link):
+                halves[sw] += c / 2
+        for sw, h in halves.items():
+            out[sw] = max(out.get(sw, 0), int(h))
+        return out
+
     def _lasted(self, symptom: str, first: float, start: float) -> bool:
         """A slowdown opens an incident only once it has lasted
         `latency_min_seconds` (from its first window's start to the current
@@ -772,7 +824,8 @@ class Analyzer:
             if held is not None:
                 seen_keys.add(held)
                 inc = self.incidents[open_map[held]]
-                if _RANK.get(f.component.type, 0) > _RANK.get(inc.component.type, 0):
+                if (_RANK.get(f.component.type, 0) > _RANK.get(inc.component.type, 0)
+                        or self._widens(f, inc)):
                     log.warning("incident %s refined: %s %s -> %s %s", inc.id,
                                 inc.component.type, inc.component.id, f.component.type,
                                 f.component.id)
@@ -802,9 +855,12 @@ class Analyzer:
             count, first = st.count + (2 if double else 1), st.first
             streaks[key] = _Streak(count, first, st.tails and f.symptom == "latency"
                                    and all(p in tail_only for p in f.pairs), frozenset(f.pairs))
-            # A finding nothing explains (an endpoint guess) is weak evidence:
-            # it must hold a window longer than what it guesses about.
-            need = persist(f.symptom) + (1 if f.component.type == "endpoint" else 0)
+            # A finding nothing explains (an endpoint guess), or one the votes
+            # barely favour (a link healthy pairs also cross, or one of
+            # indistinguishable twins), is weak evidence: it must hold a
+            # window longer than a clear one.
+            weak = f.component.type == "endpoint" or f.confidence < WEAK_CONFIDENCE
+            need = persist(f.symptom) + (1 if weak else 0)
             if (count < need or not self._lasted(f.symptom, first, start)) and \
                     key not in open_map:
                 continue
@@ -855,6 +911,22 @@ class Analyzer:
                 changed.append(inc)
                 log.warning("incident %s closed", inc.id)
         return changed
+
+    def _widens(self, f: Finding, inc: Incident) -> bool:
+        """A switch accused by more failing pairs than healthy ones clear,
+        explaining an open link incident of its own (the link ends at it) and
+        as many failing pairs again that cannot cross that link: the first
+        window saw a few of a lossy switch's pairs and named a link they
+        shared; the switch is the better name for the same fault. (A link's
+        own fault fails pairs that may cross it: a spine link's loss must not
+        become its ToR's.)"""
+        net = f.evidence.get("failing_minus_healthy_pairs", {})
+        if not (f.component.type == "switch" and inc.component.type == "link"
+                and isinstance(net, dict) and net.get(f.component.id, 0) > 0
+                and f.component.id in self._switches_of(inc.component.id)):
+            return False
+        outside = sum(1 for p in f.pairs if inc.component.id not in self._candidates(p))
+        return 2 * outside >= len(f.pairs)
 
     def _held_by_loss(self, pid: np.ndarray) -> np.ndarray | None:
         """Which rows (by pair id) an open loss incident holds: a weak fault's

@@ -55,9 +55,12 @@ def _no_overlay(_pair: Pair) -> Trace:
 def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: set[str],
              candidates: Candidates, overlay: OverlayTrace = _no_overlay,
              switches_of: SwitchesOf | None = None,
-             clears: Mapping[str, int] | None = None) -> list[Finding]:
+             clears: Mapping[str, int] | None = None,
+             switch_clears: Callable[[str], int] | None = None) -> list[Finding]:
     """`clears`: healthy pairs per link all their paths cross, when the caller
-    has it counted already (else counted here from `healthy`)."""
+    has it counted already (else counted here from `healthy`);
+    `switch_clears`: the same per switch (healthy pairs certainly crossing
+    it), asked only when named links could be one switch's fault."""
     findings: list[Finding] = []
     by_agent: dict[str, list[Pair]] = defaultdict(list)
     network: dict[Pair, str] = {}
@@ -96,8 +99,21 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
     rest = {p: s for p, s in rest.items() if p not in explained}
     links, unexplained = _underlay_findings(rest, healthy, candidates, clears)
     if switches_of:
-        findings += _absorb_into_switches(_merge_switches(links, switches_of), candidates,
-                                          switches_of)
+        sw_of = switches_of
+
+        def crossed(pair: Pair) -> set[str]:
+            return {sw for link, w in candidates(pair).items() if w >= CERTAIN
+                    for sw in sw_of(link)}
+
+        if switch_clears is None:
+            tally: dict[str, int] = defaultdict(int)
+            for pair in healthy:
+                for sw in crossed(pair):
+                    tally[sw] += 1
+            switch_clears = lambda sw: tally.get(sw, 0)  # noqa: E731
+        findings += _absorb_into_switches(
+            _merge_switches(links, switches_of, crossed, list(rest), switch_clears),
+            candidates, switches_of)
     else:
         findings += links
     if unexplained:
@@ -178,8 +194,19 @@ def _underlay_findings(rest: Mapping[Pair, str], healthy: set[Pair], candidates:
     return findings, unexplained | {p for p in rest if not cand[p]}
 
 
-def _merge_switches(links: list[Finding], switches_of: SwitchesOf) -> list[Finding]:
-    """Two or more named links meeting at one switch: the switch failed."""
+def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
+                    crossed: Callable[[Pair], set[str]], failing: list[Pair],
+                    switch_clears: Callable[[str], int]) -> list[Finding]:
+    """Two or more named links meeting at one switch: the switch failed.
+
+    Which switch: a switch losing a few % of everything through it makes a
+    different random handful of pairs fail each window, and the greedy
+    cover names whichever links those share — often the links of hosts
+    under the ToR across from the faulty one (a pair between two ToRs
+    crosses both). So when every pair of the merged finding certainly
+    crosses another switch too, the one accused by the most failing pairs
+    net of the healthy pairs that cross it is named (the healthy side's
+    own pairs clear it)."""
     at: dict[str, list[int]] = defaultdict(list)
     for i, f in enumerate(links):
         for sw in switches_of(f.component.id):
@@ -192,13 +219,21 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf) -> list[Findi
             continue
         used.update(idx)
         pairs = sorted({p for i in idx for p in links[i].pairs})
+        evidence: dict[str, Any] = {"reason": "its links failed together",
+                                    "links": sorted(links[i].component.id for i in idx),
+                                    "votes": {links[i].component.id: links[i].evidence["votes"]
+                                              for i in idx}}
+        common = set.intersection(*(crossed(p) for p in pairs)) | {sw}
+        net = {s: sum(1 for p in failing if s in crossed(p)) - switch_clears(s) for s in common}
+        best = min(common, key=lambda s: (-net[s], s != sw, s))
+        evidence["failing_minus_healthy_pairs"] = net
+        if best != sw:
+            evidence["named_at"] = sw
+            sw = best
         out.append(Finding(component=Component("switch", sw), layer="underlay",
                            symptom=worst_symptom(links[i].symptom for i in idx), pairs=pairs,
                            confidence=round(min(links[i].confidence for i in idx), 3),
-                           evidence={"reason": "its links failed together",
-                                     "links": sorted(links[i].component.id for i in idx),
-                                     "votes": {links[i].component.id: links[i].evidence["votes"]
-                                               for i in idx}}))
+                           evidence=evidence))
     out += [f for i, f in enumerate(links) if i not in used]
     return out
 

@@ -38,6 +38,13 @@ def rail_pairs(r):
     return [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for a in range(4) for b in range(a + 1, 4)]
 
 
+def of_endpoint(h, r=0):
+    """Every probed pair of one endpoint: a loss on all of them names its
+    link with confidence (one pair alone cannot tell its links apart, and
+    a finding that weak waits a window longer)."""
+    return {p for p in rail_pairs(r) if LAY.endpoint(h, r) in p}
+
+
 def feed(engine, k, bad=(), lost=150, sizes=(64,)):
     ws = [win(a, b, k, lost=lost if (a, b) in bad else 0, size=s)
           for r in range(2) for a, b in rail_pairs(r) for s in sizes]
@@ -60,7 +67,7 @@ def test_single_lost_probe_is_not_an_incident(engine):
 def test_loss_opens_then_recovery_closes(engine):
     p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
     feed(engine, 0)
-    changed = feed(engine, 1, bad={p})
+    changed = feed(engine, 1, bad=of_endpoint(0))
     assert len(changed) == 1 and changed[0].end is None and p in changed[0].pairs
     d = engine.diagnose([LAY.endpoint(0, 0)], [], 0, 0, now=T0 + 2 * W + 5)
     assert d.verdict == FAULT
@@ -86,8 +93,8 @@ def test_weak_loss_between_detections_keeps_its_incident_open(engine):
     h = engine.cfg.lof_min_history  # the pair has a baseline of its own
     for k in range(h):
         feed(engine, k)
-    opened = feed(engine, h, bad={p})
-    assert len(opened) == 1
+    opened = feed(engine, h, bad=of_endpoint(0))
+    assert len(opened) == 1 and p in opened[0].pairs
     n = engine.cfg.close_windows
     # Two lost of 300: not significant on its own, far above the healthy rate.
     weak = range(h + 1, h + 1 + 2 * n)
@@ -103,10 +110,10 @@ def test_weak_loss_between_detections_keeps_its_incident_open(engine):
 def test_persistence_requirement_delays_the_incident():
     e = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig(persist_windows=2))
     p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
-    assert feed(e, 0, bad={p}) == []
+    assert feed(e, 0, bad=of_endpoint(0)) == []
     d = e.diagnose([], [p], 0, 0, now=T0 + W + 5)
     assert d.verdict == INCONCLUSIVE and "not yet persistent" in d.pairs[0].reason
-    opened = feed(e, 1, bad={p})
+    opened = feed(e, 1, bad=of_endpoint(0))
     assert opened and opened[0].start == T0, "the incident starts where the anomaly did"
 
 
@@ -428,3 +435,15 @@ def test_chart_history_keeps_its_pairs_when_more_pairs_are_live_than_it_holds():
         h.record(window(i, T0 + k * W) for i in (1, 2, 3, 4))
     assert pairs[0] not in h and len(h.points(pairs[3])) == 2  # from k = 6: silent 120 s
     assert [len(h.points(p)) for p in pairs[1:3]] == [8, 8]
+
+
+def test_a_finding_the_votes_barely_favour_waits_a_window(engine):
+    """One pair losing probes accuses its links equally (twins): too weak
+    to open an incident in one window. Held a second window it opens,
+    starting where the loss began."""
+    p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
+    feed(engine, 0)
+    assert feed(engine, 1, bad={p}) == []
+    opened = feed(engine, 2, bad={p})
+    assert len(opened) == 1 and opened[0].pairs == [p] and opened[0].start == T0 + W
+    assert opened[0].confidence < 0.5

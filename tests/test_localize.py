@@ -50,6 +50,11 @@ CASES = {
                      [("link", link(LAY.tor(0, 1), LAY.spine(1)), "underlay")]),
     "failed-switch": ([ProbeFault("loss", START, magnitude=1.0, switch=LAY.spine(1))],
                       [("switch", LAY.spine(1), "underlay")]),
+    # A ToR losing a few % of everything through it: each window a random
+    # handful of its pairs fail, many of them cross pairs whose other end
+    # is under the healthy ToR across.
+    "lossy-tor": ([ProbeFault("loss", START, magnitude=0.04, switch=LAY.tor(0, 1))],
+                  [("switch", LAY.tor(0, 1), "underlay")]),
     "large-packet-drop": ([ProbeFault("large_drop", START, link=link(LAY.tor(0, 2), LAY.spine(0)))],
                           [("link", link(LAY.tor(0, 2), LAY.spine(0)), "underlay")]),
     "nic-offload": ([ProbeFault("nic_offload", START - 300, nic=LAY.nic(0, 0),
@@ -201,4 +206,39 @@ def test_a_dead_tor_is_one_switch_finding_not_also_a_link_at_the_other_end():
                      switches_of=switches_of)
     assert [(f.component.type, f.component.id) for f in found] == [("switch", "T1")]
     assert sorted(found[0].pairs) == sorted(pairs)
-    assert found[0].evidence["also_explains"][0]["link"] == "a~T0"
+    # a's link is part of the switch's finding (its pairs all cross T1), not a fault of its own.
+    assert "a~T0" in found[0].evidence["links"] + [
+        x["link"] for x in found[0].evidence.get("also_explains", [])]
+
+
+def test_a_lossy_tor_is_named_not_the_tor_across_from_it():
+    """ToR T1 loses a few % of everything through it: this window a1 and a2
+    (under T0) lost probes to T1's endpoints, while T0's own pairs and one
+    of a2's stayed clean. The greedy cover names a1's and a2's links, which
+    meet at T0; but every failing pair crosses T1 too, and T0 is cleared by
+    its healthy pairs. T1 is the switch (before: T0)."""
+    from analyzer.localize import localize
+
+    up = {"a1": "T0", "a2": "T0", "a3": "T0", "a4": "T0", "b1": "T1", "b2": "T1", "b3": "T1"}
+
+    def candidates(pair):
+        x, y = pair
+        out = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
+        if up[x] != up[y]:  # four spines, ECMP: a quarter of a vote each
+            out.update({f"S{k}~{t}": 0.25 for k in range(4) for t in ("T0", "T1")})
+        return out
+
+    def switches_of(link):
+        return tuple(x for x in link.split("~") if x.startswith(("T", "S")))
+
+    failing = [("a1", "b1"), ("a1", "b2"), ("a1", "b3"), ("a2", "b1"), ("a2", "b2")]
+    healthy = {("a2", "b3"), ("a3", "a4"), ("a1", "a3")}
+    found = localize({p: "loss" for p in failing}, healthy, set(), candidates,
+                     switches_of=switches_of)
+    assert [(f.component.type, f.component.id) for f in found] == [("switch", "T1")]
+    assert sorted(found[0].pairs) == sorted(failing)
+    # Two links of one ToR whose pairs stay there are that ToR's, as before.
+    failing = [("a1", "a2"), ("a1", "a3"), ("a2", "a4"), ("a3", "a4")]
+    found = localize({p: "loss" for p in failing}, {("b1", "b2")}, set(), candidates,
+                     switches_of=switches_of)
+    assert [(f.component.type, f.component.id) for f in found] == [("switch", "T0")]
