@@ -112,6 +112,10 @@ class Analyzer:
         self._group_link: list[str] = []  # group id -> link id ("" for a pair group)
         self._group_ends = np.zeros((0, 2), dtype=np.int64)  # group id -> its switches (-1: none)
         self._switch_index: dict[str, int] = {}
+        self._under: dict[str, set[str]] = {}  # switch -> endpoints whose NIC hangs off it
+        # This window's probes sent and lost per pair id (refining an incident reads them).
+        self._win_sent: np.ndarray = np.zeros(0)
+        self._win_lost: np.ndarray = np.zeros(0)
         self.incidents: dict[str, Incident] = {}
         # Keyed by component: a loss that turns into unreachability is one incident.
         self._open: dict[tuple[str, str], str] = {}
@@ -654,6 +658,8 @@ class Analyzer:
             npairs = len(self._pairs)
             counts = (np.bincount(pid, weights=sent * obs.loss_baseline, minlength=npairs),
                       np.bincount(pid, weights=lost, minlength=npairs))
+            self._win_sent = np.bincount(pid, weights=sent, minlength=npairs)
+            self._win_lost = counts[1]
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
                                               strong, counts, tail_only)
@@ -913,20 +919,43 @@ class Analyzer:
         return changed
 
     def _widens(self, f: Finding, inc: Incident) -> bool:
-        """A switch accused by more failing pairs than healthy ones clear,
-        explaining an open link incident of its own (the link ends at it) and
-        as many failing pairs again that cannot cross that link: the first
-        window saw a few of a lossy switch's pairs and named a link they
-        shared; the switch is the better name for the same fault. (A link's
-        own fault fails pairs that may cross it: a spine link's loss must not
-        become its ToR's.)"""
+        """A lossy ToR, named first for one of its links: the first window saw
+        a few of the ToR's pairs fail and named a link they shared. The ToR
+        is the better name for the same fault when, this window, it is
+        accused by more failing pairs than healthy ones clear, and the pairs
+        through it that cannot cross the link lose probes at least half as
+        often as those that may (a link's own loss leaves the ToR's other
+        pairs at their healthy rate; a spine link's leaves the ToR's own
+        pairs clean). Loss only: a short congestion slows a whole switch for
+        a window, which says nothing about where probes are lost."""
+        lossy = ("loss", "unreachable")
         net = f.evidence.get("failing_minus_healthy_pairs", {})
         if not (f.component.type == "switch" and inc.component.type == "link"
+                and f.symptom in lossy and inc.symptom in lossy
                 and isinstance(net, dict) and net.get(f.component.id, 0) > 0
                 and f.component.id in self._switches_of(inc.component.id)):
             return False
-        outside = sum(1 for p in f.pairs if inc.component.id not in self._candidates(p))
-        return 2 * outside >= len(f.pairs)
+        under = self._endpoints_under(f.component.id)
+        counts = [np.zeros(2), np.zeros(2)]  # [sent, lost] of pairs that may cross the link, others
+        for pair in {p for e in under for p in self._by_endpoint.get(e, ())}:
+            k = self._pair_id[pair]
+            if k < len(self._win_sent):
+                may = inc.component.id in self._candidates(pair)
+                counts[0 if may else 1] += (self._win_sent[k], self._win_lost[k])
+        (s_in, l_in), (s_out, l_out) = counts
+        if s_in <= 0 or s_out <= 0:
+            return False
+        return bool(2 * l_out / s_out >= l_in / s_in)
+
+    def _endpoints_under(self, switch: str) -> set[str]:
+        """Endpoints whose NIC hangs off this switch (none for a spine)."""
+        got = self._under.get(switch)
+        if got is None:
+            nics = {n for link, ends in self.topo.links.items() if switch in ends
+                    for n in ends if n in self.topo.nics}
+            got = self._under[switch] = {e for e, ep in self.topo.endpoints.items()
+                                         if ep.nic in nics}
+        return got
 
     def _held_by_loss(self, pid: np.ndarray) -> np.ndarray | None:
         """Which rows (by pair id) an open loss incident holds: a weak fault's

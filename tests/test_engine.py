@@ -447,3 +447,34 @@ def test_a_finding_the_votes_barely_favour_waits_a_window(engine):
     opened = feed(engine, 2, bad={p})
     assert len(opened) == 1 and opened[0].pairs == [p] and opened[0].start == T0 + W
     assert opened[0].confidence < 0.5
+
+
+def test_a_link_incident_becomes_its_tor_when_the_tor_loses_everywhere():
+    """First window: only one host's pairs lose probes, and its link is
+    named. Then every pair through its ToR loses at the same rate, pairs
+    that cannot cross that link as much as those that can: the same
+    incident (same id) now names the ToR. Had the ToR's other pairs stayed
+    at their healthy rate, the link would have stayed (tests/test_detect.py,
+    a 1 % loss on one host's link)."""
+    lay = Layout(hosts=8, rails=1, hosts_per_tor=4, spines=2)
+    e = Analyzer(parse_topology(layout_doc(lay)), AnalyzerConfig())
+    eps = [lay.endpoint(h, 0) for h in range(8)]
+    pairs = [(eps[a], eps[b]) for a in range(8) for b in range(a + 1, 8)]
+
+    def step(k, lost_of):
+        start = T0 + k * W
+        ws = [WindowStats(a, b, start, start + W, 64, 300, lost_of(a, b), 10, 12, 13, 14, 13, 1, 20)
+              for a, b in pairs]
+        assert e.add_windows(ws) == []
+        return e.tick(T0 + (k + 1) * W + 5)
+
+    under = set(eps[:4])  # the hosts of ToR tor-r0-0
+    for k in range(4):
+        assert step(k, lambda a, b: 0) == []
+    first = step(4, lambda a, b: 150 if eps[0] in (a, b) else 0)
+    assert [i.component.id for i in first] == [f"{lay.nic(0, 0)}~{lay.tor(0, 0)}"]
+    later = step(5, lambda a, b: 20 if under & {a, b} else 0)
+    assert [i.id for i in later] == [first[0].id]
+    assert (later[0].component.type, later[0].component.id) == ("switch", lay.tor(0, 0))
+    assert later[0].evidence["refined_from"]["type"] == "link"
+    assert len(e.list_incidents()) == 1
