@@ -518,6 +518,7 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                 chunks.extend(_same_rail_cross(prev, nxt, rail_of))
                 notes.append(f"rails {list(key)}: stages {s - 1}/{s} have unequal replicas, "
                              "kept all cross pairs")
+                chains = [[u] for u in nxt]  # nobody knows who continues which chain
                 continue
             tmpl = _unit_rows([np.concatenate(c) for c in chains], wobble)
             nrows = _unit_rows(nxt, wobble)

@@ -667,3 +667,26 @@ def test_a_wrong_cycle_of_partners_keeps_the_true_ones():
     sk = got["j"]
     assert (sk.dp, sk.tp, sk.pp) == (8, 8, 8)
     assert truth["j"].pairs <= sk.pairs
+
+
+def test_after_unequal_replicas_the_next_boundary_pairs_adjacent_stages():
+    """Stage 0 has two replicas on a rail and stage 1 three (units split
+    unequally): every cross pair of that boundary is kept, and nobody knows
+    who continues which chain, so the next boundary starts from stage 1's
+    units, never from stage 0's (which would pair stages 0 and 2 and drop
+    every true pair between 1 and 2)."""
+    from controller.skeleton import chain_replicas
+
+    rng = np.random.default_rng(4)
+    units = [[np.array([0]), np.array([1])],
+             [np.array([2]), np.array([3]), np.array([4])],
+             [np.array([5]), np.array([6]), np.array([7])]]
+    ntx = rng.normal(size=(8, 200))
+    nrx = rng.normal(size=(8, 200))
+    chunks, notes = chain_replicas(units, rng.normal(size=(8, 30)), np.zeros(8, dtype=int), ntx, nrx)
+    pairs = {tuple(sorted(p)) for c in chunks for p in c.tolist()}
+    stage = {u: s for s, us in enumerate(units) for x in us for u in x.tolist()}
+    assert all(abs(stage[a] - stage[b]) == 1 for a, b in pairs), pairs
+    assert {(a, b) for a in (0, 1) for b in (2, 3, 4)} <= pairs
+    # every stage-1 unit keeps at least one partner in stage 2
+    assert all(any((a, b) in pairs for b in (5, 6, 7)) for a in (2, 3, 4))
