@@ -138,8 +138,9 @@ def main() -> None:
     ap.add_argument("--clean", type=Path, default=CLEAN)
     ap.add_argument("--start", type=float, default=START_S, help="seconds into the recording")
     ap.add_argument("--length", type=float, default=LENGTH_S, help="seconds the fault lasts")
+    ap.add_argument("--seed", type=int, default=0, help="draws of random losses and ECMP hashing")
     a = ap.parse_args()
-    made = [inject(k, a.clean, a.out / k, start_s=a.start, length_s=a.length)
+    made = [inject(k, a.clean, a.out / k, seed=a.seed, start_s=a.start, length_s=a.length)
             for k in a.kinds.split(",") if k]
     print(json.dumps({"made": made}))
     sys.stdout.flush()
