@@ -203,6 +203,8 @@ class Observation:
     loss_baseline: np.ndarray
     ref_median: np.ndarray   # the row's typical median RTT, NaN without history
     tail: np.ndarray | None = None  # bool: latency from the slow tail alone (part of `latency`)
+    crept: np.ndarray | None = None  # bool: slow against the slow reference (part of `latency`)
+    slow_ref: np.ndarray | None = None  # the slow reference median, NaN before its first block
 
 
 @dataclass
@@ -235,6 +237,13 @@ class Detector:
         self.pn = np.zeros(0, dtype=np.int64)
         self.ref_mu = np.zeros(0)
         self.ref_sigma = np.zeros(0)
+        # Creep: per row, the median and p25 of each of its last blocks of
+        # `lof_history_windows` healthy windows (a ring), and their medians.
+        b = max(cfg.slow_reference_blocks, 1)
+        self.sref = np.zeros((0, b, 2), dtype=np.float32)
+        self.spos = np.zeros(0, dtype=np.int64)
+        self.sref_med = np.zeros(0, dtype=np.float32)
+        self.sref_p25 = np.zeros(0, dtype=np.float32)
         self.carry: Carry | None = None  # suspicious loss groups' last window
         self.tail_carry: Carry | None = None  # ... and slow-tail groups'
 
@@ -264,6 +273,8 @@ class Detector:
         self.hrecv, self.hslow = pad(self.hrecv, 0), pad(self.hslow, 0)
         self.period, self.pvals, self.pn = pad(self.period, -1), pad(self.pvals, np.nan), pad(self.pn, 0)
         self.ref_mu, self.ref_sigma = pad(self.ref_mu, np.nan), pad(self.ref_sigma, np.nan)
+        self.sref, self.spos = pad(self.sref, np.nan), pad(self.spos, 0)
+        self.sref_med, self.sref_p25 = pad(self.sref_med, np.nan), pad(self.sref_p25, np.nan)
         self._cap = cap
 
     # -- one window of rows ---------------------------------------------------
@@ -359,8 +370,26 @@ class Detector:
             res = lof_novelty(hfeats, valid[cand], feats, cfg.lof_neighbors)
             lof[cand] = res.score
             latency[cand] = (res.score > cfg.lof_threshold) & res.outside
+        # Creep: the recent windows above creep along with a slow drift (each
+        # is judged against the last few, which crept too), so a drift of a
+        # few us a minute is never an outlier there. The same rise, judged
+        # against the slow reference (the median of the row's last blocks of
+        # healthy windows, ~30 min), is seen once it reaches the size that
+        # counts. The size is what makes it safe: a benign level change
+        # smaller than `need` never counts, whatever its significance.
+        crept = np.zeros(len(rows), dtype=bool)
+        slow_med = self.sref_med[rows]
+        if cfg.slow_reference_blocks > 0:
+            slow_p25 = self.sref_p25[rows]
+            need_s = np.maximum(cfg.latency_min_shift_us,
+                                cfg.latency_rel_shift * np.nan_to_num(slow_med))
+            with np.errstate(invalid="ignore"):
+                crept = (has_rtt & np.isfinite(slow_med)
+                         & (stats[:, MEDIAN] - slow_med >= need_s)
+                         & (stats[:, P25] - slow_p25 >= need_s))
+            latency |= crept
         with np.errstate(invalid="ignore"):  # p25 up too: >= 3/4 of the window was slow
-            sustained = latency & (stats[:, P25] - ref_p25 >= need)
+            sustained = latency & ((stats[:, P25] - ref_p25 >= need) | crept)
         # The slow tail: one slow path among a pair's flows leaves its median
         # and p25 where they were, while a quarter of its probes are late.
         # Tested like loss (the tail is the event, received probes the
@@ -397,11 +426,29 @@ class Detector:
         self.hrecv[hr, pos] = received[healthy]
         self.hslow[hr, pos] = 0 if slow is None else slow[healthy]
         self.hpos[hr] = (pos + 1) % self.hist.shape[1]
+        if cfg.slow_reference_blocks > 0:
+            self._close_blocks(hr[self.hpos[hr] == 0])
         drift = self._drift(rows, stats[:, MEDIAN], has_rtt & healthy, window_start, window_end)
         return Observation(latency=latency, sustained=sustained, loss=loss,
                            unreachable=unreachable, lof=lof,
                            loss_p=loss_p, loss_baseline=base, ref_median=ref_med,
-                           tail=tail), drift
+                           tail=tail, crept=crept, slow_ref=slow_med), drift
+
+    def _close_blocks(self, rows: np.ndarray) -> None:
+        """Rows whose history ring just filled with new healthy windows: the
+        ring's median and p25 become a block of their slow reference."""
+        if not len(rows):
+            return
+        with warnings.catch_warnings():  # rows whose ring holds no RTT: all-NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            valid = self.hvalid[rows]
+            med = np.nanmedian(np.where(valid, self.hist[rows, :, MEDIAN], np.nan), axis=1)
+            p25 = np.nanmedian(np.where(valid, self.hist[rows, :, P25], np.nan), axis=1)
+            pos = self.spos[rows]
+            self.sref[rows, pos, 0], self.sref[rows, pos, 1] = med, p25
+            self.spos[rows] = (pos + 1) % self.sref.shape[1]
+            self.sref_med[rows] = np.nanmedian(self.sref[rows, :, 0], axis=1)
+            self.sref_p25[rows] = np.nanmedian(self.sref[rows, :, 1], axis=1)
 
     def _drift(self, rows: np.ndarray, medians: np.ndarray, ok: np.ndarray, start: float,
                end: float) -> DriftReport | None:

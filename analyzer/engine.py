@@ -794,6 +794,15 @@ class Analyzer:
                 "median_shift": round(float(d.shift[k]), 4)} for k in by_pair[p]}
         healthy = {p for p in by_pair if p not in anomalous}
         findings = self._localize(anomalous, healthy)
+        # One incident per fault: a drift the short-term tests already
+        # reported during the period (open, or closed within it) is that
+        # incident, not a second one.
+        end = d.period_start + self.cfg.drift_period_s
+        during = [inc for iid, inc in self.incidents.items()
+                  if iid not in self._open_drift.values() and inc.start < end
+                  and (inc.end is None or inc.end >= d.period_start)]
+        findings = [f for f in findings
+                    if not any(_half_shared(set(f.pairs), inc.pairs) for inc in during)]
         for f in findings:
             f.evidence["test"] = ("KS against a log-normal fitted to the pair's reference "
                                   f"period; Benjamini-Hochberg at FDR {self.cfg.drift_fdr}")
@@ -1197,6 +1206,8 @@ def _window_evidence(w: WindowStats, obs: Observation, i: int) -> dict[str, obje
         ev["rtt_us"] = {f.removeprefix("rtt_"): round(getattr(w, f), 1) for f in STATS}
     if np.isfinite(obs.ref_median[i]):
         ev["usual_median_us"] = round(float(obs.ref_median[i]), 1)
+    if obs.crept is not None and obs.crept[i] and obs.slow_ref is not None:
+        ev["slow_reference_median_us"] = round(float(obs.slow_ref[i]), 1)
     if np.isfinite(obs.lof[i]):
         ev["lof"] = round(float(obs.lof[i]), 2)
     if w.slow:

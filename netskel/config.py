@@ -107,6 +107,10 @@ class AnalyzerConfig:
     #                                    (a slow flow's probes come in runs, not one by one)
     latency_min_shift_us: float = 20.0  # the median must rise by at least this much ...
     latency_rel_shift: float = 0.2     # ... and by this fraction of its usual value
+    slow_reference_blocks: int = 6     # blocks of lof_history_windows healthy windows whose
+    #                                    median is the slow reference (6 x 5 min = 30 min at 30 s
+    #                                    windows): a window slower than it by the latency shift
+    #                                    is slow, however its recent windows crept; 0 = off
     drift_period_s: float = 1800.0     # long-term test period (30 min)
     drift_fdr: float = 0.01            # Benjamini-Hochberg false discovery rate across pairs
     drift_min_shift: float = 0.05      # a drift must move the median by this fraction

@@ -169,3 +169,31 @@ def test_a_streak_follows_its_pairs_when_the_named_component_changes(tmp_path):
                            seconds=start + 180, seed=10)
     assert len(incidents) == 1, [(i["component"], i["start"] - T0) for i in incidents]
     assert incidents[0]["start"] - T0 == start // 30 * 30
+
+
+def test_a_drift_of_minutes_is_found_against_the_slow_reference(tmp_path):
+    """RTT up 40 % over 15 minutes (a few us a minute): each window is
+    judged against the last few, which crept along, so the recent history
+    alone never sees it. Against the median of the last half hour's blocks
+    it is one latency incident on the link once the rise reaches the size
+    that counts. Without the slow reference: nothing."""
+    fault = ProbeFault("drift", 900, 900, magnitude=0.4, hosts=(H0,))
+    incidents, _ = analyze(tmp_path, [fault], seconds=2100)
+    assert [(i["symptom"], i["component"]["id"]) for i in incidents] == [("latency", LINK)]
+    assert 900 <= incidents[0]["start"] - T0 <= 1800
+    ev = next(iter(incidents[0]["evidence"]["windows"].values()))
+    assert any("slow_reference_median_us" in w for w in ev.values())
+    blind = analyze_files(tmp_path / "t.json", tmp_path / "p.parquet",
+                          cfg=AnalyzerConfig(slow_reference_blocks=0))["incidents"]
+    assert blind == []
+
+
+def test_a_drift_reported_short_term_is_not_reported_again_by_the_period_test(tmp_path):
+    """RTT up 60 % over 45 min: the slow reference reports it as latency
+    once the rise is large enough; the 30-min period test, whose healthy
+    windows hold the drift's early part, flags the same pairs at the
+    period's end. One fault, one incident."""
+    noise = ProbeNoise(rate_hz=2, sizes=(64,))
+    fault = ProbeFault("drift", 1800, 2700, magnitude=0.6, hosts=(H0,))
+    incidents, _ = analyze(tmp_path, [fault], seconds=5400, noise=noise, seed=2)
+    assert [(i["symptom"], i["component"]["id"]) for i in incidents] == [("latency", LINK)]
