@@ -8,7 +8,8 @@ it and `bench/variants.py` makes its harder copies.
     python bench/inject.py OUT [--kinds bigdrop,flap,...] [--clean DIR]
     python bench/accuracy.py OUT --only faults
 
-Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3;
+Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3 unless
+--endpoint/--tor/--spine say otherwise;
 400 s from 400 s into the recording unless --start/--length say otherwise):
   bigdrop    probes of 1 KB and more to and from the endpoint lost
   nicslow    +80 us on the endpoint's probes
@@ -53,7 +54,8 @@ def _neighbours(topo: dict[str, Any], node: str) -> set[str]:
 
 
 def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = START_S,
-           length_s: float = LENGTH_S) -> dict[str, Any]:
+           length_s: float = LENGTH_S, endpoint: str = ENDPOINT, tor_id: str = TOR,
+           spine_id: str = SPINE) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(clean / "topology.json", out / "topology.json")
     topo = json.loads((clean / "topology.json").read_text())
@@ -80,10 +82,10 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
     lose = np.zeros(len(ts), dtype=bool)
     slow = 0.0
     if kind in ("bigdrop", "nicslow", "flap", "drift"):
-        nic = nic_of[ENDPOINT]
+        nic = nic_of[endpoint]
         tor = next(iter(_neighbours(topo, nic)))
         component = {"type": "link", "id": link_id(nic, tor)}
-        hit = window & ((src == ENDPOINT) | (dst == ENDPOINT))
+        hit = window & ((src == endpoint) | (dst == endpoint))
         if kind == "bigdrop":
             lose = hit & (size >= 1024)
         elif kind == "flap":
@@ -95,18 +97,18 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
             slow = 80.0
             rtt[hit] += slow
     elif kind in ("tordown", "torloss"):
-        component = {"type": "switch", "id": TOR}
-        hit = window & (touching(_neighbours(topo, TOR)) | through(TOR))
+        component = {"type": "switch", "id": tor_id}
+        hit = window & (touching(_neighbours(topo, tor_id)) | through(tor_id))
         lose = hit & (rng.random(len(ts)) < (1.0 if kind == "tordown" else 0.03))
     elif kind in ("spinedown", "spinelat"):
-        component = {"type": "switch", "id": SPINE}
+        component = {"type": "switch", "id": spine_id}
         spines = [s["id"] for s in topo["switches"] if s.get("tier") == "spine"]
         tor_of = {n: next((x for x in _neighbours(topo, n) if x.startswith("tor")), "")
                   for n in set(nic_of.values())}
         cross = np.array([tor_of.get(nic_of.get(a, ""), "") != tor_of.get(nic_of.get(b, ""), "")
                           for a, b in zip(src, dst, strict=True)])
         unrouted = np.array([not h for h in hops])
-        hit = window & (through(SPINE) | (unrouted & cross & (rng.random(len(ts)) < 1 / len(spines))))
+        hit = window & (through(spine_id) | (unrouted & cross & (rng.random(len(ts)) < 1 / len(spines))))
         if kind == "spinedown":
             lose = hit
         else:
@@ -139,8 +141,12 @@ def main() -> None:
     ap.add_argument("--start", type=float, default=START_S, help="seconds into the recording")
     ap.add_argument("--length", type=float, default=LENGTH_S, help="seconds the fault lasts")
     ap.add_argument("--seed", type=int, default=0, help="draws of random losses and ECMP hashing")
+    ap.add_argument("--endpoint", default=ENDPOINT, help="of the endpoint and link kinds")
+    ap.add_argument("--tor", default=TOR, help="of the ToR kinds")
+    ap.add_argument("--spine", default=SPINE, help="of the spine kinds")
     a = ap.parse_args()
-    made = [inject(k, a.clean, a.out / k, seed=a.seed, start_s=a.start, length_s=a.length)
+    made = [inject(k, a.clean, a.out / k, seed=a.seed, start_s=a.start, length_s=a.length,
+                   endpoint=a.endpoint, tor_id=a.tor, spine_id=a.spine)
             for k in a.kinds.split(",") if k]
     print(json.dumps({"made": made}))
     sys.stdout.flush()
