@@ -713,8 +713,11 @@ class Analyzer:
         idx = np.repeat(lo - indptr[:-1], lens) + np.arange(int(indptr[-1]))
         return Groups(indptr, self._rg_codes[idx], len(self._group_ids))
 
-    def _link_clears(self, groups: Groups, pid: np.ndarray, healthy_rows: np.ndarray) -> dict[str, int]:
-        """Healthy pairs per link, counted once per pair, in one bincount."""
+    @staticmethod
+    def _healthy_pair_groups(groups: Groups, pid: np.ndarray, healthy_rows: np.ndarray
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        """(owner, group code) for each group of each healthy pair, one row
+        per pair (a pair's sizes share its groups): pairs counted once."""
         order = np.argsort(pid[healthy_rows], kind="stable")
         hr = healthy_rows[order]
         keep = np.concatenate([[True], pid[hr][1:] != pid[hr][:-1]]) if len(hr) else hr.astype(bool)
@@ -722,7 +725,12 @@ class Analyzer:
         lens = groups.indptr[rows + 1] - groups.indptr[rows]
         starts = np.concatenate([[0], np.cumsum(lens)])
         idx = np.repeat(groups.indptr[rows] - starts[:-1], lens) + np.arange(int(starts[-1]))
-        counts = np.bincount(groups.codes[idx], minlength=groups.count)
+        return np.repeat(np.arange(len(rows)), lens), groups.codes[idx]
+
+    def _link_clears(self, groups: Groups, pid: np.ndarray, healthy_rows: np.ndarray) -> dict[str, int]:
+        """Healthy pairs per link, counted once per pair, in one bincount."""
+        counts = np.bincount(self._healthy_pair_groups(groups, pid, healthy_rows)[1],
+                             minlength=groups.count)
         return {self._group_link[g]: int(counts[g]) for g in np.flatnonzero(counts).tolist()
                 if self._group_link[g]}
 
@@ -732,14 +740,7 @@ class Analyzer:
         ending at it (counted once per pair, like `_link_clears`), or, where
         more, half the routed pairs over its links (a routed path through a
         switch uses two of its links: how a spine is cleared)."""
-        order = np.argsort(pid[healthy_rows], kind="stable")
-        hr = healthy_rows[order]
-        keep = np.concatenate([[True], pid[hr][1:] != pid[hr][:-1]]) if len(hr) else hr.astype(bool)
-        rows = hr[keep]
-        lens = groups.indptr[rows + 1] - groups.indptr[rows]
-        starts = np.concatenate([[0], np.cumsum(lens)])
-        idx = np.repeat(groups.indptr[rows] - starts[:-1], lens) + np.arange(int(starts[-1]))
-        owner = np.repeat(np.arange(len(rows)), lens)
+        owner, codes = self._healthy_pair_groups(groups, pid, healthy_rows)
         names = self._switch_index
         have = len(self._group_ends)
         if have < len(self._group_link):  # groups added since: their links' switches
@@ -748,7 +749,7 @@ class Analyzer:
                 for j, sw in enumerate(self._switches_of(link) if link else ()):
                     more[g, j] = names.setdefault(sw, len(names))
             self._group_ends = np.concatenate([self._group_ends, more])
-        sw_idx = self._group_ends[groups.codes[idx]]  # (entries, 2)
+        sw_idx = self._group_ends[codes]  # (entries, 2)
         who = np.repeat(owner, 2)
         flat = sw_idx.ravel()
         ok = flat >= 0
