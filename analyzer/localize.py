@@ -165,7 +165,9 @@ def _underlay_findings(rest: Mapping[Pair, str], healthy: set[Pair], candidates:
         for p in unexplained:
             for link, w in cand[p].items():
                 accused[link] += w
-        score = {k: v for k, v in accused.items() if v > clears.get(k, 0)}
+        # Rounded: the votes are sums of route shares taken in set order, and
+        # a last-bit difference must not break a tie one way or the other.
+        score = {k: round(v, 9) for k, v in accused.items() if round(v, 9) > clears.get(k, 0)}
         if not score:
             break
         # Net of clearances first: of two links the same pairs accuse, the one
