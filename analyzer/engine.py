@@ -961,8 +961,7 @@ class Analyzer:
         """Endpoints whose NIC hangs off this switch (none for a spine)."""
         got = self._under.get(switch)
         if got is None:
-            nics = {n for link, ends in self.topo.links.items() if switch in ends
-                    for n in ends if n in self.topo.nics}
+            nics = {n for n in self.topo.neighbours.get(switch, ()) if n in self.topo.nics}
             got = self._under[switch] = {e for e, ep in self.topo.endpoints.items()
                                          if ep.nic in nics}
         return got

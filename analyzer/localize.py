@@ -213,6 +213,7 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
     for i, f in enumerate(links):
         for sw in switches_of(f.component.id):
             at[sw].append(i)
+    accused: dict[str, int] | None = None  # failing pairs per switch they certainly cross
     used: set[int] = set()
     out: list[Finding] = []
     for sw, idx in sorted(at.items(), key=lambda kv: -len(kv[1])):
@@ -226,7 +227,12 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
                                     "votes": {links[i].component.id: links[i].evidence["votes"]
                                               for i in idx}}
         common = set.intersection(*(crossed(p) for p in pairs)) | {sw}
-        net = {s: sum(1 for p in failing if s in crossed(p)) - switch_clears(s) for s in common}
+        if accused is None:
+            accused = defaultdict(int)
+            for p in failing:
+                for s in crossed(p):
+                    accused[s] += 1
+        net = {s: accused.get(s, 0) - switch_clears(s) for s in common}
         best = min(common, key=lambda s: (-net[s], s != sw, s))
         evidence["failing_minus_healthy_pairs"] = net
         if best != sw:
