@@ -51,7 +51,9 @@ MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" cred
 DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is what matters)
 # Findings less certain than this wait a window longer before they open an incident.
 WEAK_CONFIDENCE = 0.5
-_RANK = {"agent": 5, "vswitch_rule": 4, "nic": 3, "switch": 2, "link": 2, "host": 2,
+# A host is named only where links of several of its NICs failed together:
+# more specific than any one of those links.
+_RANK = {"agent": 6, "vswitch_rule": 5, "nic": 4, "host": 3, "switch": 2, "link": 2,
          "endpoint": 0}
 
 
@@ -481,10 +483,18 @@ class Analyzer:
             return self._route_candidates(pair, symptom) if symptom else self._candidates(pair)
         return localize(anomalous, healthy, self.dead | self._silent, candidates,
                         lambda p: self.overlay.round_trip(*p), self._switches_of, clears,
-                        switch_clears)
+                        switch_clears, self._host_of, self._container_of)
 
     def _switches_of(self, link: str) -> tuple[str, ...]:
         return tuple(x for x in self.topo.links.get(link, ()) if x in self.topo.switches)
+
+    def _container_of(self, endpoint: str) -> str | None:
+        ep = self.topo.endpoints.get(endpoint)
+        return ep.container if ep else None
+
+    def _host_of(self, link: str) -> str | None:
+        return next((self.topo.nics[x].host for x in self.topo.links.get(link, ())
+                     if x in self.topo.nics), None)
 
     def _note_probers(self, start: float, b: WindowBatch) -> None:
         """An endpoint that probed in recent windows and now sends nothing has
@@ -999,7 +1009,7 @@ class Analyzer:
             n = _half_shared(mine, self.incidents[inc_id].pairs)
             if n > best_n:
                 best, best_n = k, n
-        if best is None and f.component.type in ("link", "switch"):
+        if best is None and f.component.type in ("link", "switch", "host"):
             # An open guess about pairs that mostly may cross this component:
             # the same fault, now located.
             for k, inc_id in open_map.items():
@@ -1012,13 +1022,16 @@ class Analyzer:
             # Pairs nothing explained, most of which may cross an open
             # link's or switch's incident: that fault's unrouted victims.
             for k in open_map:
-                if k[0] in ("link", "switch"):
+                if k[0] in ("link", "switch", "host"):
                     n = sum(1 for p in f.pairs if self._may_cross(p, k))
                     if 2 * n >= len(f.pairs) and n > best_n:
                         best, best_n = k, n
         return best
 
     def _may_cross(self, pair: Pair, component: tuple[str, str]) -> bool:
+        if component[0] == "host":
+            return any(self.topo.host_of_endpoint(e) == component[1] for e in pair
+                       if e in self.topo.endpoints)
         links = self._spread(pair)
         if component[0] == "link":
             return component[1] in links

@@ -16,6 +16,9 @@ In order, each step taking the pairs the previous ones left unexplained:
    Links of one switch named together become that switch, and a link named
    only for pairs that all certainly cross that switch is the same fault
    (the greedy cover's pick among equally accused links, not a second one).
+   Links of several NICs of one host named together become that host: its
+   NICs sit on different rails under different ToRs, so nothing in the
+   fabric joins them but the host itself.
 4. What is left is reported as unknown, never forced onto a link.
 """
 
@@ -36,6 +39,7 @@ Candidates = Callable[[Pair], Mapping[str, float]]
 CERTAIN = 1.0 - 1e-9
 OverlayTrace = Callable[[Pair], Trace]
 SwitchesOf = Callable[[str], tuple[str, ...]]  # link id -> the switches at its ends
+HostOf = Callable[[str], str | None]  # link id -> the host of the NIC at one end, if any
 
 
 @dataclass
@@ -56,7 +60,9 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
              candidates: Candidates, overlay: OverlayTrace = _no_overlay,
              switches_of: SwitchesOf | None = None,
              clears: Mapping[str, int] | None = None,
-             switch_clears: Callable[[str], int] | None = None) -> list[Finding]:
+             switch_clears: Callable[[str], int] | None = None,
+             host_of: HostOf | None = None,
+             container_of: Callable[[str], str | None] | None = None) -> list[Finding]:
     """`clears`: healthy pairs per link all their paths cross, when the caller
     has it counted already (else counted here from `healthy`);
     `switch_clears`: the same per switch (healthy pairs certainly crossing
@@ -70,13 +76,21 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
             by_agent[dead[0]].append(pair)
         else:
             network[pair] = symptom
-    for ep, pairs in sorted(by_agent.items()):
+    # One agent serves a container's endpoints: several of them stopping
+    # together is that agent, one incident, not one per endpoint.
+    units: dict[str, list[str]] = defaultdict(list)
+    for ep in by_agent:
+        units[(container_of(ep) if container_of else None) or ep].append(ep)
+    for unit, eps in sorted(units.items()):
+        ep = unit if len(eps) > 1 else eps[0]
+        pairs = sorted({p for e in eps for p in by_agent[e]})
         findings.append(Finding(component=Component("agent", ep), layer="agent",
                                 symptom=worst_symptom(anomalous[p] for p in pairs), pairs=sorted(pairs),
                                 confidence=0.9,
                                 evidence={"reason": "the agent stopped (no heartbeat, or no probes "
                                                     "of its own): its pairs fail because nobody "
-                                                    "probes or answers, not the network"}))
+                                                    "probes or answers, not the network",
+                                          "endpoints": sorted(eps)}))
     traces = {p: overlay(p) for p in network}
     findings += _overlay_findings(network, traces)
     rest = {p: s for p, s in network.items() if traces[p].kind not in ("blackhole", "loop")}
@@ -111,11 +125,12 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
                 for sw in crossed(pair):
                     tally[sw] += 1
             switch_clears = lambda sw: tally.get(sw, 0)  # noqa: E731
-        findings += _absorb_into_switches(
+        links = _absorb_into_switches(
             _merge_switches(links, switches_of, crossed, list(rest), switch_clears),
             candidates, switches_of)
-    else:
-        findings += links
+    # After the switches: a dead ToR's links include one NIC of each host
+    # under it, which must not join another NIC's trouble to make a host.
+    findings += _merge_hosts(links, host_of) if host_of else links
     if unexplained:
         pairs = sorted(unexplained)
         findings.append(Finding(component=Component("endpoint", pairs[0][1]), layer="unknown",
@@ -182,9 +197,17 @@ def _underlay_findings(rest: Mapping[Pair, str], healthy: set[Pair], candidates:
         twins = [k for k, v in ranked[1:] if abs(v - best_score) < 1e-9
                  and clears.get(k, 0) == clears.get(best, 0)
                  and all(k in cand[p] for p in explained)]
+        # How far ahead of the next link its own pairs put it: one pair's
+        # stray loss accuses both its ends alike (margin 0).
+        own: dict[str, float] = defaultdict(float)
+        for p in explained:
+            for link, w in cand[p].items():
+                own[link] += w
+        margin = own[best] - max((v for k, v in own.items() if k != best), default=0.0)
         evidence: dict[str, Any] = {"votes": {k: round(v, 3) for k, v in ranked[:5]},
                                     "healthy_pairs_on_link": clears.get(best, 0),
-                                    "anomalous_pairs": len(explained)}
+                                    "anomalous_pairs": len(explained),
+                                    "margin_on_its_pairs": round(margin, 3)}
         if twins:
             evidence["indistinguishable_from"] = twins
             confidence /= 1 + len(twins)
@@ -194,6 +217,54 @@ def _underlay_findings(rest: Mapping[Pair, str], healthy: set[Pair], candidates:
             confidence=round(min(1.0, confidence), 3), evidence=evidence))
         unexplained -= set(explained)
     return findings, unexplained | {p for p in rest if not cand[p]}
+
+
+def _merge_hosts(links: list[Finding], host_of: HostOf) -> list[Finding]:
+    """Links of two or more of one host's NICs named in one window: the host.
+
+    Each NIC of a host hangs off its own rail's ToR, so no switch or link of
+    the fabric is shared by their paths; what they share is the host (its
+    PCIe complex, memory, CPU, its virtual switch). Two independent link
+    faults on one host at once are far rarer than one fault of the host, and
+    reporting a link per rail would make one fault as many incidents. Only
+    links that stand out count towards a host: accused by several pairs and
+    by them more than by any other link they may cross. One pair's stray loss
+    accuses both its ends alike; joined to a real fault of one NIC link, it
+    would turn that link into its host."""
+    at: dict[tuple[str, bool], list[int]] = defaultdict(list)
+    for i, f in enumerate(links):
+        host = host_of(f.component.id) if f.component.type == "link" else None
+        if host is not None:
+            at[(host, _slow(f))].append(i)
+    used: set[int] = set()
+    out: list[Finding] = []
+    for (host, _), idx in sorted(at.items()):
+        if sum(1 for i in idx if _stands_out(links[i])) < 2:
+            continue
+        used.update(idx)
+        out.append(Finding(
+            component=Component("host", host), layer="host",
+            symptom=worst_symptom(links[i].symptom for i in idx),
+            pairs=sorted({p for i in idx for p in links[i].pairs}),
+            confidence=round(min(links[i].confidence for i in idx if _stands_out(links[i])), 3),
+            evidence={"reason": "links of several of the host's NICs, each under its own "
+                                "rail's ToR, failed together: nothing but the host joins them",
+                      "links": sorted(links[i].component.id for i in idx),
+                      "votes": {links[i].component.id: links[i].evidence.get("votes", {})
+                                for i in idx}}))
+    return out + [f for i, f in enumerate(links) if i not in used]
+
+
+def _slow(f: Finding) -> bool:
+    """Slow, not lossy: a link that loses probes and others that are merely
+    slow in the same window (a benign congestion of their switch) are not
+    one fault of the component they share."""
+    return f.symptom in ("latency", "degradation")
+
+
+def _stands_out(f: Finding) -> bool:
+    """Accused by at least two pairs, and by them more than any other link."""
+    return len(f.pairs) >= 2 and float(f.evidence.get("margin_on_its_pairs", 0.0)) > 1e-9
 
 
 def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
@@ -209,14 +280,14 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
     crosses another switch too, the one accused by the most failing pairs
     net of the healthy pairs that cross it is named (the healthy side's
     own pairs clear it)."""
-    at: dict[str, list[int]] = defaultdict(list)
+    at: dict[tuple[str, bool], list[int]] = defaultdict(list)
     for i, f in enumerate(links):
         for sw in switches_of(f.component.id):
-            at[sw].append(i)
+            at[(sw, _slow(f))].append(i)
     accused: dict[str, int] | None = None  # failing pairs per switch they certainly cross
     used: set[int] = set()
     out: list[Finding] = []
-    for sw, idx in sorted(at.items(), key=lambda kv: -len(kv[1])):
+    for (sw, _), idx in sorted(at.items(), key=lambda kv: -len(kv[1])):
         idx = [i for i in idx if i not in used]
         if len(idx) < 2:
             continue
@@ -263,12 +334,16 @@ def _absorb_into_switches(found: list[Finding], candidates: Candidates,
         if f.component.type == "link":
             crossed = [{sw for link, w in candidates(p).items() if w >= CERTAIN
                         for sw in switches_of(link)} for p in f.pairs]
-            home = next((s for s in switches if all(s.component.id in c for c in crossed)), None)
+            home = next((s for s in switches if all(s.component.id in c for c in crossed)),
+                        None)
         if home is None:
             out.append(f)
             continue
         home.pairs = sorted(set(home.pairs) | set(f.pairs))
-        home.symptom = worst_symptom([home.symptom, f.symptom])
+        if _slow(home) == _slow(f):
+            home.symptom = worst_symptom([home.symptom, f.symptom])
+        # else a congested switch drops a few probes too: its losses are the
+        # congestion's, which must last like any slowdown before it counts.
         home.evidence.setdefault("also_explains", []).append(
             {"link": f.component.id, "votes": f.evidence.get("votes", {})})
     return out

@@ -19,6 +19,15 @@ Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3 unless
   torloss    3 % of probes through the ToR lost
   spinedown  every probe through the spine lost
   spinelat   +60 us on probes through the spine
+  linkloss   the endpoint's link: 1 % of its probes lost
+  uplinkloss the link between the ToR and the spine: 2 % of probes through it lost
+  uplinklat  the same link: +60 us on probes through it (with two ToRs on the
+             rail, the other ToR's link to the spine is accepted too: every
+             path through one crosses the other)
+  hostslow   the endpoint's host: +80 us on probes to and from all its endpoints
+  hostloss   the same host: 2 % of those probes lost
+  agentdown  the endpoint's container: its agents stop (its endpoints send no
+             probes, probes to them are lost), for good
 A probe without a traced route crosses the spine one time in as many
 spines (ECMP), drawn at random: which flows really did is not in the data.
 Prints one JSON line naming what it made.
@@ -43,7 +52,9 @@ sys.path.insert(0, str(ROOT))
 from netskel.topology import link_id  # noqa: E402
 
 CLEAN = ROOT.parent / "shared/data/dev/faults/dev-fa1_clean_busy"
-KINDS = ("bigdrop", "nicslow", "flap", "drift", "tordown", "torloss", "spinedown", "spinelat")
+KINDS = ("bigdrop", "nicslow", "flap", "drift", "tordown", "torloss", "spinedown", "spinelat",
+         "linkloss", "uplinkloss", "uplinklat", "hostslow", "hostloss",
+         "agentdown")
 ENDPOINT, TOR, SPINE = "jobA-w003/rnic5", "tor-r5-1", "spine-3"
 START_S, LENGTH_S = 400.0, 400.0
 
@@ -81,7 +92,11 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
 
     lose = np.zeros(len(ts), dtype=bool)
     slow = 0.0
-    if kind in ("bigdrop", "nicslow", "flap", "drift"):
+    layer = "underlay"
+    accept: list[dict[str, str]] = []
+    silent = np.zeros(len(ts), dtype=bool)  # rows a dead agent never sent
+    end: float | None = start + length_s
+    if kind in ("bigdrop", "nicslow", "flap", "drift", "linkloss"):
         nic = nic_of[endpoint]
         tor = next(iter(_neighbours(topo, nic)))
         component = {"type": "link", "id": link_id(nic, tor)}
@@ -90,6 +105,8 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
             lose = hit & (size >= 1024)
         elif kind == "flap":
             lose = hit & (((ts - start) % 60.0) < 5.0)
+        elif kind == "linkloss":
+            lose = hit & (rng.random(len(ts)) < 0.01)
         elif kind == "drift":
             slow = 30.0
             rtt[hit] += slow * (ts[hit] - start) / length_s
@@ -100,33 +117,70 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
         component = {"type": "switch", "id": tor_id}
         hit = window & (touching(_neighbours(topo, tor_id)) | through(tor_id))
         lose = hit & (rng.random(len(ts)) < (1.0 if kind == "tordown" else 0.03))
-    elif kind in ("spinedown", "spinelat"):
-        component = {"type": "switch", "id": spine_id}
+    elif kind in ("spinedown", "spinelat", "uplinkloss", "uplinklat"):
         spines = [s["id"] for s in topo["switches"] if s.get("tier") == "spine"]
         tor_of = {n: next((x for x in _neighbours(topo, n) if x.startswith("tor")), "")
                   for n in set(nic_of.values())}
-        cross = np.array([tor_of.get(nic_of.get(a, ""), "") != tor_of.get(nic_of.get(b, ""), "")
-                          for a, b in zip(src, dst, strict=True)])
+        tors = np.array([(tor_of.get(nic_of.get(a, ""), ""), tor_of.get(nic_of.get(b, ""), ""))
+                         for a, b in zip(src, dst, strict=True)]).reshape(-1, 2)
+        cross = tors[:, 0] != tors[:, 1]
         unrouted = np.array([not h for h in hops])
-        hit = window & (through(spine_id) | (unrouted & cross & (rng.random(len(ts)) < 1 / len(spines))))
+        by_chance = unrouted & cross & (rng.random(len(ts)) < 1 / len(spines))
+        if kind.startswith("spine"):
+            component = {"type": "switch", "id": spine_id}
+            hit = window & (through(spine_id) | by_chance)
+        else:  # the ToR's link to the spine: routes naming both, in either order
+            component = {"type": "link", "id": link_id(tor_id, spine_id)}
+            rail = next(s["rail"] for s in topo["switches"] if s["id"] == tor_id)
+            others = [s["id"] for s in topo["switches"]
+                      if s.get("tier") == "tor" and s.get("rail") == rail and s["id"] != tor_id]
+            if len(others) == 1:
+                accept = [{"type": "link", "id": link_id(others[0], spine_id)}]
+            pat = (f"{tor_id}>{spine_id}", f"{spine_id}>{tor_id}")
+            on = np.array([any(x in r for x in pat) if r else False for r in route])
+            ends = (tors[:, 0] == tor_id) | (tors[:, 1] == tor_id)
+            hit = window & (on | (by_chance & ends))
         if kind == "spinedown":
             lose = hit
+        elif kind == "uplinkloss":
+            lose = hit & (rng.random(len(ts)) < 0.02)
         else:
             slow = 60.0
             rtt[hit] += slow
+    elif kind in ("hostslow", "hostloss"):
+        host = next(c["host"] for c in topo["containers"]
+                    for e in c["endpoints"] if e["id"] == endpoint)
+        component, layer = {"type": "host", "id": host}, "host"
+        on_host = {e["id"] for c in topo["containers"] if c["host"] == host for e in c["endpoints"]}
+        hit = window & (np.isin(src, list(on_host)) | np.isin(dst, list(on_host)))
+        if kind == "hostloss":
+            lose = hit & (rng.random(len(ts)) < 0.02)
+        else:
+            slow = 80.0
+            rtt[hit] += slow
+    elif kind == "agentdown":
+        cont = next(c for c in topo["containers"] for e in c["endpoints"] if e["id"] == endpoint)
+        component, layer, end = {"type": "agent", "id": cont["id"]}, "agent", None
+        mine = [e["id"] for e in cont["endpoints"]]
+        accept = [{"type": "agent", "id": e} for e in mine]
+        gone = ts >= start
+        silent = gone & np.isin(src, mine)
+        hit = gone & (np.isin(src, mine) | np.isin(dst, mine))
+        lose = gone & np.isin(dst, mine) & ~silent
     else:
         raise SystemExit(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
     affected = hit if slow else lose
     rtt[lose] = np.nan
     col = pa.array(np.where(np.isnan(rtt), None, rtt), type=pa.float64())
-    pq.write_table(t.set_column(t.schema.get_field_index("rtt_us"), "rtt_us", col),
-                   out / "probes.parquet")
+    t = t.set_column(t.schema.get_field_index("rtt_us"), "rtt_us", col)
+    pq.write_table(t.filter(pa.array(~silent)), out / "probes.parquet")
     pairs = sorted({tuple(sorted(p)) for p in zip(src[affected], dst[affected], strict=True)})
     truth = json.loads((clean / "truth.json").read_text())
     truth["clean"] = False
-    truth["faults"] = [{"id": "X1", "kind": kind, "start": start, "end": start + length_s,
-                        "layer": "underlay", "symptom": "latency" if slow else "loss",
-                        "component": component, "accept": [], "params": {},
+    truth["faults"] = [{"id": "X1", "kind": kind, "start": start, "end": end,
+                        "layer": layer, "symptom": ("latency" if slow else "unreachable"
+                                                    if kind == "agentdown" else "loss"),
+                        "component": component, "accept": accept, "params": {},
                         "pairs": [list(p) for p in pairs]}]
     (out / "truth.json").write_text(json.dumps(truth))
     return {"kind": kind, "probes": int(affected.sum()), "pairs": len(pairs),

@@ -125,7 +125,9 @@ def test_dead_agent_is_blamed_not_the_network(engine):
     bad = {p for r in range(2) for p in rail_pairs(r) if LAY.endpoint(victim, r) in p}
     changed = feed(engine, 0, bad=bad, lost=300)
     assert changed and all(i.layer == "agent" and i.component.type == "agent" for i in changed)
-    assert {i.component.id for i in changed} <= set(eps)
+    # One agent serves both endpoints: one incident naming its container.
+    assert [i.component.id for i in changed] == [LAY.container(victim)]
+    assert changed[0].evidence["endpoints"] == sorted(eps)
 
 
 def test_unknown_and_empty_requests(engine):

@@ -273,3 +273,86 @@ def test_the_named_link_does_not_depend_on_set_order():
                              check=True)
         named.add(out.stdout.strip())
     assert named == {"K-c"}
+
+
+LAY2 = Layout(hosts=8, rails=2, hosts_per_tor=2, spines=2)
+
+
+@pytest.mark.parametrize("kind,magnitude,symptom", [("step", 100.0, "latency"),
+                                                    ("loss", 0.05, "loss")])
+def test_a_host_fault_is_one_host_incident_not_a_link_per_rail(tmp_path, kind, magnitude, symptom):
+    """Every probe to or from one host's endpoints slowed or lossy, on both
+    rails: nothing in the fabric joins a host's NICs (each sits under its own
+    rail's ToR) but the host, so its links failing together are the host —
+    one incident, layer host, not one link incident per rail."""
+    host = LAY2.host(3)
+    healthy = with_overlay(layout_doc(LAY2))
+    faults = [ProbeFault(kind, START, magnitude=magnitude, hosts=(host,))]
+    table, truth = simulate_probes(healthy, 600.0, faults, ProbeNoise(), seed=3, t0=T0)
+    (tmp_path / "t.json").write_text(json.dumps(healthy))
+    pq.write_table(table, tmp_path / "p.parquet")
+    incidents = analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"]
+    assert named(incidents) == [("host", host, "host")], [
+        (i["component"], i["evidence"].get("reason")) for i in incidents]
+    inc = incidents[0]
+    assert inc["symptom"] == symptom
+    assert sorted(inc["evidence"]["links"]) == sorted(
+        link(LAY2.nic(3, r), LAY2.tor(r, LAY2.tor_index(3))) for r in range(LAY2.rails))
+    assert {tuple(p) for p in inc["pairs"]} <= {tuple(sorted(p)) for p in truth.affected[0]}
+    assert START - 30 <= inc["start"] - T0 <= START + 30
+
+
+def test_one_nic_link_of_a_host_stays_a_link(tmp_path):
+    """The same loss on one of the host's two NIC links is that link: a
+    host is named only where links of several of its NICs fail together."""
+    nic_link = link(LAY2.nic(3, 1), LAY2.tor(1, LAY2.tor_index(3)))
+    healthy = with_overlay(layout_doc(LAY2))
+    faults = [ProbeFault("loss", START, magnitude=0.05, link=nic_link)]
+    table, _ = simulate_probes(healthy, 600.0, faults, ProbeNoise(), seed=3, t0=T0)
+    (tmp_path / "t.json").write_text(json.dumps(healthy))
+    pq.write_table(table, tmp_path / "p.parquet")
+    incidents = analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"]
+    assert named(incidents) == [("link", nic_link, "underlay")]
+
+
+def test_a_container_whose_agent_stops_is_one_agent_incident(tmp_path):
+    """The agent serves all of its container's endpoints: when it stops, every
+    one of them goes silent at once. One incident naming the container, not
+    one per endpoint; a lone endpoint's agent is still named by endpoint."""
+    healthy = with_overlay(layout_doc(LAY2))
+    faults = [ProbeFault("agent_crash", START, endpoint=LAY2.endpoint(3, r)) for r in range(LAY2.rails)]
+    faults.append(ProbeFault("agent_crash", START + 60, endpoint=LAY2.endpoint(6, 1)))
+    table, _ = simulate_probes(healthy, 600.0, faults, ProbeNoise(), seed=3, t0=T0)
+    (tmp_path / "t.json").write_text(json.dumps(healthy))
+    pq.write_table(table, tmp_path / "p.parquet")
+    incidents = analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"]
+    assert named(incidents) == [("agent", LAY2.container(3), "agent"),
+                                ("agent", LAY2.endpoint(6, 1), "agent")]
+    whole = next(i for i in incidents if i["component"]["id"] == LAY2.container(3))
+    assert whole["evidence"]["endpoints"] == sorted(LAY2.endpoint(3, r) for r in range(LAY2.rails))
+
+
+def test_a_congested_switch_and_a_lossy_link_under_it_are_not_a_lossy_switch():
+    """One window: ToR T0 congested (the b's pairs slow) while a1's link
+    loses probes. Before, the lossy link joined the slow ones into 'switch
+    T0, loss', which opens an incident at once; a short congestion must last
+    like any slowdown. The switch stays slow, and the losses under it are
+    the congestion's for this window."""
+    from analyzer.localize import localize
+
+    def candidates(pair):  # everyone under T0: a pair crosses its two links
+        return {f"{pair[0]}~T0": 1.0, f"{pair[1]}~T0": 1.0}
+
+    def switches_of(link):
+        return ("T0",)
+
+    slow = {("b1", "b2"): "latency", ("b1", "b3"): "latency", ("b2", "b3"): "latency"}
+    lossy = {("a1", "d1"): "loss", ("a1", "d2"): "loss", ("a1", "d3"): "loss"}
+    found = localize(slow | lossy, set(), set(), candidates, switches_of=switches_of)
+    assert [(f.component.type, f.component.id, f.symptom) for f in found] == [
+        ("switch", "T0", "latency")]
+    assert set(lossy) <= set(found[0].pairs)
+    # Without the congestion the lossy link is itself, a loss finding.
+    found = localize(lossy, set(), set(), candidates, switches_of=switches_of)
+    assert [(f.component.type, f.component.id, f.symptom) for f in found] == [
+        ("link", "a1~T0", "loss")]
