@@ -145,6 +145,10 @@ class Analyzer:
         # window's when it was suspicious: the route-evidence loss test's state.
         self._link_hist: dict[str, tuple[float, float]] = {}
         self._link_carry: dict[str, tuple[float, float]] = {}
+        # This window's routed probes per link: (sent, lost, expected lost at
+        # the link's healthy rate), for telling a lossy link's quiet window
+        # from its end.
+        self._link_window: dict[str, tuple[float, float, float]] = {}
         self._route_link_cache: dict[tuple[Pair, str, str], tuple[tuple[str, ...], bool]] = {}
         self._flagged_links: set[str] = set()  # lossy or slow by the per-link tests, this window
         self._clean: dict[str, tuple[int, float]] = {}  # open incident -> clean windows, since
@@ -388,6 +392,11 @@ class Analyzer:
         alpha = cfg.loss_alpha / max(1, tests + len(links))
         out: dict[Pair, dict[str, list[int]]] = {}
         self._link_carry = {}
+        rate = healthy_rate(hs, hl, cfg.loss_baseline)
+        self._link_window = {link: (float(sent[k]), float(lost[k]), float(sent[k] * rate[k]))
+                             for k, link in enumerate(links)}
+        held = {inc.component.id for inc in (self.incidents[i] for i in self._open.values())
+                if inc.component.type == "link" and inc.symptom == "loss"}
         for k, link in enumerate(links):
             if logp[k] < np.log(alpha):
                 self._flagged_links.add(link)
@@ -396,7 +405,9 @@ class Analyzer:
                     out.setdefault(pair, {})[link] = [int(s[k]), int(n[k])]
             elif logp[k] < np.log(cfg.loss_near_alpha):
                 self._link_carry[link] = (float(sent[k]), float(lost[k]))  # to the next window only
-            else:  # healthy: part of the link's own history
+            elif link not in held:  # healthy: part of the link's own history
+                # (a link an open loss incident names is not: its quiet
+                # windows are the fault between detections)
                 h = self._link_hist.get(link, (0.0, 0.0))
                 self._link_hist[link] = (h[0] + float(sent[k]), h[1] + float(lost[k]))
         return out
@@ -988,6 +999,13 @@ class Analyzer:
         """Whether the incident's pairs lost more probes this window than
         their healthy rates make plausible (one-sided Poisson at
         close_loss_alpha; each row's rate is its own healthy history's)."""
+        if inc.component.type == "link" and inc.component.id in self._link_window:
+            # A link losing a few % of whatever crosses it hits other pairs
+            # each window than those it was found on: its own probes tell.
+            _sent, lost_l, expected_l = self._link_window[inc.component.id]
+            if lost_l > 0 and float(poisson_sf(int(lost_l) - 1, max(expected_l, 1e-12))) \
+                    < self.cfg.close_loss_alpha:
+                return True
         ids = [self._pair_id[p] for p in inc.pairs if p in self._pair_id]
         if not ids:
             return False
