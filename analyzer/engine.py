@@ -514,8 +514,14 @@ class Analyzer:
         for i in unique(b.src).tolist():
             self._last_probe[b.names[i]] = start
         horizon = start - self.cfg.history_seconds
+        # Past the horizon an endpoint that never probes again is forgotten,
+        # except one an open agent incident names: while it stays silent its
+        # pairs' failures stay the agent's, however long that lasts.
+        held = {e for inc in (self.incidents[i] for i in self._open.values())
+                if inc.component.type == "agent"
+                for e in [inc.component.id, *inc.evidence.get("endpoints", ())]}
         self._silent = {e for e, t in self._last_probe.items()
-                        if horizon <= t < start and e not in self.departed}
+                        if (horizon <= t or e in held) and t < start and e not in self.departed}
         self._note_routes(b)
 
     def _note_routes(self, b: WindowBatch) -> None:

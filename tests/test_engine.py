@@ -13,7 +13,7 @@ from analyzer.localize import localize
 from analyzer.paths import UnderlayPaths
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
-from netskel.model import AgentState, RouteStats, WindowStats
+from netskel.model import AgentState, Component, RouteStats, WindowStats
 from netskel.topology import parse_topology
 from testbed.layout import Layout, layout_doc
 
@@ -480,3 +480,25 @@ def test_a_link_incident_becomes_its_tor_when_the_tor_loses_everywhere():
     assert (later[0].component.type, later[0].component.id) == ("switch", lay.tor(0, 0))
     assert later[0].evidence["refined_from"]["type"] == "link"
     assert len(e.list_incidents()) == 1
+
+
+def test_a_silent_endpoint_is_remembered_while_its_agent_incident_is_open():
+    """Past `history_seconds` an endpoint that never probes again was
+    forgotten, and its pairs' failures became the network's to explain.
+    While its agent incident is open it stays silent (fails before: the
+    silent set empties at the horizon)."""
+    e = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig(history_seconds=90.0))
+    dead = LAY.endpoint(2, 0)
+
+    def feed_silent(k, silent):
+        ws = [win(a, b, k, lost=300 if silent and b == dead else 0)
+              for r in range(2) for a, b in rail_pairs(r) if not (silent and a == dead)]
+        assert e.add_windows(ws) == []
+        return e.tick(T0 + (k + 1) * W + 5)
+
+    for k in range(3):
+        assert feed_silent(k, False) == []
+    for k in range(3, 12):  # three times the history
+        assert all(i.component == Component("agent", dead) for i in feed_silent(k, True))
+    assert dead in e.dead | e._silent
+    assert [(i.component.type, i.end) for i in e.list_incidents()] == [("agent", None)]

@@ -386,3 +386,23 @@ def test_a_weak_spine_link_loss_stays_one_incident(tmp_path):
         whole.append(len(incidents) == 1 and incidents[0]["end"] is not None
                      and incidents[0]["end"] - T0 <= START + duration + 150)
     assert sum(whole) >= 6, whole
+
+
+def test_an_agent_silent_for_longer_than_the_history_stays_the_agent(tmp_path):
+    """An agent that stops for good: past `history_seconds` (15 min) of
+    silence it was forgotten, and its pairs' failures could be blamed on
+    the network (in the dev background with a congested ToR, a second
+    incident opened 24 minutes in). While its incident is open it stays the
+    agent. (Here the link finding would only keep the agent's incident
+    open, so this passes either way; bench/inject.py agentdown on the
+    80-minute copy is where the difference shows.)"""
+    healthy = with_overlay(layout_doc(LAY))
+    faults = [ProbeFault("agent_crash", START, endpoint=LAY.endpoint(4, 0))]
+    table, _ = simulate_probes(healthy, START + 1500.0, faults, ProbeNoise(rate_hz=2.0), seed=3,
+                               t0=T0)
+    (tmp_path / "t.json").write_text(json.dumps(healthy))
+    pq.write_table(table, tmp_path / "p.parquet")
+    incidents = analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"]
+    assert named(incidents) == [("agent", LAY.endpoint(4, 0), "agent")], [
+        (i["component"], i["start"] - T0) for i in incidents]
+    assert incidents[0]["end"] is None
