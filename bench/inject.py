@@ -28,6 +28,10 @@ Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3 unless
   hostloss   the same host: 2 % of those probes lost
   agentdown  the endpoint's container: its agents stop (its endpoints send no
              probes, probes to them are lost), for good
+  overlayloop the endpoint's host's virtual-switch rule for its first partner
+             tunnels to a third host, whose rule tunnels back (the topology's
+             snapshot shows both, offloaded copies included): the round
+             trips through either rule are lost
 A probe without a traced route crosses the spine one time in as many
 spines (ECMP), drawn at random: which flows really did is not in the data.
 Prints one JSON line naming what it made.
@@ -54,7 +58,7 @@ from netskel.topology import link_id  # noqa: E402
 CLEAN = ROOT.parent / "shared/data/dev/faults/dev-fa1_clean_busy"
 KINDS = ("bigdrop", "nicslow", "flap", "drift", "tordown", "torloss", "spinedown", "spinelat",
          "linkloss", "uplinkloss", "uplinklat", "hostslow", "hostloss",
-         "agentdown")
+         "agentdown", "overlayloop")
 ENDPOINT, TOR, SPINE = "jobA-w003/rnic5", "tor-r5-1", "spine-3"
 START_S, LENGTH_S = 400.0, 400.0
 
@@ -62,6 +66,35 @@ START_S, LENGTH_S = 400.0, 400.0
 def _neighbours(topo: dict[str, Any], node: str) -> set[str]:
     return ({ln["a"] for ln in topo["links"] if ln["b"] == node}
             | {ln["b"] for ln in topo["links"] if ln["a"] == node})
+
+
+def _loop(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
+          ) -> tuple[dict[str, str], list[dict[str, str]], str, np.ndarray]:
+    """Rewrite the snapshot's rules into a two-host loop for one destination;
+    which probes' round trips cross either rule."""
+    where = {e["id"]: (c["host"], e) for c in topo["containers"] for e in c["endpoints"]}
+    host_a, mine = where[endpoint]
+    partner = next(d for a, d in zip(src, dst, strict=True)
+                   if a == endpoint and where[d][0] != host_a)
+    x, vni = where[partner][1]["ip"], where[partner][1]["vni"]
+    rail = next(n["rail"] for h in topo["hosts"] for n in h["nics"] if n["id"] == mine["nic"])
+    host_c, nic_c = next((h["id"], n["id"]) for h in topo["hosts"] for n in h["nics"]
+                         if h["id"] not in (host_a, where[partner][0]) and n["rail"] == rail)
+
+    def tunnel(host: str, to: str) -> None:
+        vs = topo.setdefault("vswitch", {}).setdefault(host, {"rules": []})
+        rule = {"vni": vni, "dst": x, "action": "tunnel", "to": to}
+        same = lambda r: r["vni"] == vni and r["dst"] == x  # noqa: E731
+        vs["rules"] = [r for r in vs["rules"] if not same(r)] + [rule]
+        for nic, rules in vs.get("offloaded", {}).items():  # the hardware agrees
+            vs["offloaded"][nic] = [r for r in rules if not same(r)] + [dict(rule)]
+
+    tunnel(host_a, nic_c)
+    tunnel(host_c, mine["nic"])
+    on = [e for e, (h, doc) in where.items() if h in (host_a, host_c) and doc.get("vni") == vni]
+    hit = (np.isin(src, on) & (dst == partner)) | ((src == partner) & np.isin(dst, on))
+    return ({"type": "vswitch_rule", "id": f"{host_a}:{vni}:{x}"},
+            [{"type": "vswitch_rule", "id": f"{host_c}:{vni}:{x}"}], "overlay", hit)
 
 
 def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = START_S,
@@ -167,6 +200,11 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
         silent = gone & np.isin(src, mine)
         hit = gone & (np.isin(src, mine) | np.isin(dst, mine))
         lose = gone & np.isin(dst, mine) & ~silent
+    elif kind == "overlayloop":
+        component, accept, layer, hit = _loop(topo, endpoint, src, dst)
+        hit &= window
+        lose = hit
+        (out / "topology.json").write_text(json.dumps(topo))
     else:
         raise SystemExit(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
     affected = hit if slow else lose
@@ -179,7 +217,8 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
     truth["clean"] = False
     truth["faults"] = [{"id": "X1", "kind": kind, "start": start, "end": end,
                         "layer": layer, "symptom": ("latency" if slow else "unreachable"
-                                                    if kind == "agentdown" else "loss"),
+                                                    if kind in ("agentdown", "overlayloop")
+                                                    else "loss"),
                         "component": component, "accept": accept, "params": {},
                         "pairs": [list(p) for p in pairs]}]
     (out / "truth.json").write_text(json.dumps(truth))
