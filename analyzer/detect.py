@@ -45,6 +45,12 @@ class Groups:
 
 PRIOR_PROBES = 10_000.0  # pseudo-probes at the floor rate a loss baseline starts from
 TAIL_PRIOR = 30.0  # ... and a slow-tail baseline: about one window, so history rules
+# Slow tails: a member of a significant pooled group shares its blame only
+# when its own window is unlikely at its own healthy share: the group says
+# where, each row's own probes say whose. A healthy path has a slow probe in
+# most windows (spikes), so one beside a slow link's pairs is no evidence;
+# a lost probe, at a healthy rate of 1e-4, is (loss keeps own_alpha 1).
+OWN_ALPHA = 0.05
 
 
 def healthy_rate(hist_sent: np.ndarray, hist_lost: np.ndarray, floor: float,
@@ -117,7 +123,8 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
                         hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
                         max_groups: int = 64, prior_probes: float = PRIOR_PROBES,
                         carry: Carry | None = None, near_alpha: float = 0.0,
-                        margin: float = 0.0) -> tuple[np.ndarray, np.ndarray, Carry]:
+                        margin: float = 0.0, own_alpha: float = 1.0
+                        ) -> tuple[np.ndarray, np.ndarray, Carry]:
     """(rows hit, rows in suspicious groups, the carry for the next window).
 
     Rows with losses in a group whose pooled loss is significant. 1 % loss
@@ -169,7 +176,10 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
         # blame: one lost probe beside a pair that lost everything is not.
         g_rate = min(1.0, float(lost_w[rows].sum()) / max(float(sent_w[rows].sum()), 1.0))
         fits = binom_cdf(lost_w[rows], sent_w[rows], g_rate) >= 0.01
-        rows = rows[fits]
+        own_rate = np.minimum(1.0, healthy_rate(hist_sent[rows], hist_lost[rows], floor,
+                                                prior_probes) + margin)
+        own = poisson_sf(lost_w[rows] - 1, np.maximum(sent_w[rows] * own_rate, 1e-12)) < own_alpha
+        rows = rows[fits & own]
         hit[rows] = True
         lost_w[rows] = 0.0  # explained: no longer evidence against other groups
         sent_w[rows] = 0.0
@@ -328,12 +338,16 @@ class Detector:
 
     def observe(self, rows: np.ndarray, stats: np.ndarray, sent: np.ndarray, lost: np.ndarray,
                 window_start: float, window_end: float, groups: Groups | None = None,
-                held: np.ndarray | None = None, slow: np.ndarray | None = None
+                held: np.ndarray | None = None, slow: np.ndarray | None = None,
+                explained: np.ndarray | None = None
                 ) -> tuple[Observation, DriftReport | None]:
         """rows (N,) unique; stats (N, 7) in STATS order, NaN when all probes
         were lost; groups: which pooled loss groups each row belongs to;
         held: rows an open loss incident holds, whose windows must not teach
-        the baseline the fault (once the row has a baseline of its own)."""
+        the baseline the fault (once the row has a baseline of its own);
+        explained: rows whose losses something else explains (a stopped
+        agent, a failed host): tested on their own, left out of the pooled
+        groups, where they would make their links' other pairs look lossy."""
         cfg = self.cfg
         sent = np.asarray(sent, dtype=np.int64)
         lost = np.asarray(lost, dtype=np.int64)
@@ -347,9 +361,11 @@ class Detector:
         loss = (lost >= cfg.loss_min_lost) & (loss_p < alpha)
         suspect = np.zeros(len(rows), dtype=bool)
         if groups is not None:  # pooled: a pair's sizes, a link's pairs
+            keep = np.ones(len(rows), dtype=bool) if explained is None else ~explained
             pooled, suspect, self.carry = pooled_loss_carried(
-                groups, sent, lost, hs, hl, cfg.loss_baseline, alpha, cfg.loss_min_lost,
-                carry=self.carry, near_alpha=cfg.loss_near_alpha)
+                groups, np.where(keep, sent, 0), np.where(keep, lost, 0), hs, hl,
+                cfg.loss_baseline, alpha, cfg.loss_min_lost, carry=self.carry,
+                near_alpha=cfg.loss_near_alpha)
             loss |= pooled
         # Latency: only a window whose median and p25 rose by a real amount can
         # be anomalous; LOF (log space) then decides whether it is an outlier
@@ -407,7 +423,7 @@ class Detector:
                 groups, np.where(known, received, 0), np.where(known, slow, 0),
                 self.hrecv[rows].sum(axis=1), self.hslow[rows].sum(axis=1), cfg.tail_floor,
                 alpha, cfg.loss_min_lost, prior_probes=TAIL_PRIOR, carry=self.tail_carry,
-                near_alpha=cfg.loss_near_alpha, margin=cfg.tail_margin)
+                near_alpha=cfg.loss_near_alpha, margin=cfg.tail_margin, own_alpha=OWN_ALPHA)
             suspect |= tail_suspect
             tail &= ~latency  # rows only the tail flags
             latency |= tail

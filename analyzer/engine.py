@@ -13,6 +13,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -499,6 +500,35 @@ class Analyzer:
     def _switches_of(self, link: str) -> tuple[str, ...]:
         return tuple(x for x in self.topo.links.get(link, ()) if x in self.topo.switches)
 
+    def _related(self, a: tuple[str, str], b: tuple[str, str]) -> bool:
+        """Whether two findings can be one fault named twice: the same or
+        touching components (a link and a switch or host at its end, two
+        links of one switch), or a guess. Benign congestion of one switch,
+        then of another, shares pairs too but is two episodes: chained, three
+        short ones in a row made an incident."""
+        if a == b or "endpoint" in (a[0], b[0]):
+            return True
+        return bool(self._nodes(a) & self._nodes(b))
+
+    def _nodes(self, key: tuple[str, str]) -> set[str]:
+        kind, ident = key
+        if kind == "link":
+            ends = set(self.topo.links.get(ident, ()))
+            return ends | {self.topo.nics[n].host for n in ends if n in self.topo.nics}
+        if kind == "nic" and ident in self.topo.nics:
+            return {ident, self.topo.nics[ident].host}
+        return {ident}
+
+    def _on_lossy_hosts(self) -> set[str]:
+        """Endpoints of hosts an open incident says lose probes: like a stopped
+        agent's, their losses are explained, and would make every link on
+        their routes look lossy to the pairs beside them."""
+        hosts = {inc.component.id for inc in (self.incidents[i] for i in self._open.values())
+                 if inc.component.type == "host" and inc.symptom in ("loss", "unreachable")}
+        if not hosts:
+            return set()
+        return {e for e, ep in self.topo.endpoints.items() if self.topo.nics[ep.nic].host in hosts}
+
     def _container_of(self, endpoint: str) -> str | None:
         ep = self.topo.endpoints.get(endpoint)
         return ep.container if ep else None
@@ -627,8 +657,14 @@ class Analyzer:
         stats, sent, lost, slow = b.stats, b.sent, b.lost, b.slow
         groups = self._loss_groups(rows)
         pid = self._row_pair[rows]
+        gone = self.dead | self._silent | self._on_lossy_hosts()
+        explained = None
+        if gone:
+            ids = [i for i, n in enumerate(b.names) if n in gone]
+            explained = np.isin(b.src, ids) | np.isin(b.dst, ids)
         obs, drift = self.detector.observe(rows, stats, sent, lost, start, end, groups,
-                                           held=self._held_by_loss(pid), slow=slow)
+                                           held=self._held_by_loss(pid), slow=slow,
+                                           explained=explained)
         flagged = np.flatnonzero(obs.latency | obs.loss | obs.unreachable)
         bad_pairs = unique(pid[flagged])
         anomalous: dict[Pair, str] = {}
@@ -648,7 +684,6 @@ class Analyzer:
                 anomalous[pair] = symptom
                 evidence[pair] = {f"size_{int(b.size[i])}": _window_evidence(b.window(i), obs, i)
                                   for i in idx}
-        gone = self.dead | self._silent
         for pair, ev in self._lossy_links(len(b), set(anomalous), gone).items():
             if pair not in anomalous:
                 anomalous[pair] = "loss"
@@ -889,7 +924,8 @@ class Analyzer:
             # The same fault may be named by another component from one window
             # to the next (its link, then its switch when other pairs join):
             # a streak follows the pairs, not the name.
-            st = streaks.get(key) or _continued(before, f.pairs) or _Streak(0, start)
+            st = (streaks.get(key) or _continued(before, f.pairs, partial(self._related, key))
+                  or _Streak(0, start))
             # A window slow for most of its length counts twice, except after
             # windows that had only a slow tail: a tail then a slow window can
             # be two short congestions of one switch, each of them benign.
@@ -1213,13 +1249,15 @@ class _Streak:
     pairs: frozenset[Pair] = frozenset()
 
 
-def _continued(streaks: dict[tuple[str, str], _Streak], pairs: Sequence[Pair]) -> _Streak | None:
-    """The earliest streak of the last window sharing at least half of the
-    smaller of the two pair sets with these pairs."""
+def _continued(streaks: dict[tuple[str, str], _Streak], pairs: Sequence[Pair],
+               related: Callable[[tuple[str, str]], bool] = lambda _k: True) -> _Streak | None:
+    """The earliest streak of the last window, of a related component,
+    sharing at least half of the smaller of the two pair sets with these
+    pairs."""
     mine = set(pairs)
     best = None
-    for st in streaks.values():
-        if _half_shared(mine, st.pairs) and (best is None or st.first < best.first
+    for k, st in streaks.items():
+        if related(k) and _half_shared(mine, st.pairs) and (best is None or st.first < best.first
                                              or (st.first == best.first
                                                  and st.count > best.count)):
             best = st

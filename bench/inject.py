@@ -84,7 +84,10 @@ def _loop(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
     def tunnel(host: str, to: str) -> None:
         vs = topo.setdefault("vswitch", {}).setdefault(host, {"rules": []})
         rule = {"vni": vni, "dst": x, "action": "tunnel", "to": to}
-        same = lambda r: r["vni"] == vni and r["dst"] == x  # noqa: E731
+
+        def same(r: dict[str, Any]) -> bool:
+            return bool(r["vni"] == vni and r["dst"] == x)
+
         vs["rules"] = [r for r in vs["rules"] if not same(r)] + [rule]
         for nic, rules in vs.get("offloaded", {}).items():  # the hardware agrees
             vs["offloaded"][nic] = [r for r in rules if not same(r)] + [dict(rule)]
