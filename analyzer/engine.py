@@ -146,9 +146,9 @@ class Analyzer:
         # window's when it was suspicious: the route-evidence loss test's state.
         self._link_hist: dict[str, tuple[float, float]] = {}
         self._link_carry: dict[str, tuple[float, float]] = {}
-        # This window's routed probes per link: (sent, lost, expected lost at
-        # the link's healthy rate), for telling a lossy link's quiet window
-        # from its end.
+        # This window's routed probes on each link an open loss incident
+        # names: (sent, lost, expected lost at the link's healthy rate), for
+        # telling a lossy link's quiet window from its end.
         self._link_window: dict[str, tuple[float, float, float]] = {}
         self._route_link_cache: dict[tuple[Pair, str, str], tuple[tuple[str, ...], bool]] = {}
         self._flagged_links: set[str] = set()  # lossy or slow by the per-link tests, this window
@@ -393,11 +393,10 @@ class Analyzer:
         alpha = cfg.loss_alpha / max(1, tests + len(links))
         out: dict[Pair, dict[str, list[int]]] = {}
         self._link_carry = {}
+        held = {inc.component.id for inc in self._open_incidents("link") if inc.symptom == "loss"}
         rate = healthy_rate(hs, hl, cfg.loss_baseline)
         self._link_window = {link: (float(sent[k]), float(lost[k]), float(sent[k] * rate[k]))
-                             for k, link in enumerate(links)}
-        held = {inc.component.id for inc in (self.incidents[i] for i in self._open.values())
-                if inc.component.type == "link" and inc.symptom == "loss"}
+                             for k, link in enumerate(links) if link in held}
         for k, link in enumerate(links):
             if logp[k] < np.log(alpha):
                 self._flagged_links.add(link)
@@ -500,6 +499,10 @@ class Analyzer:
     def _switches_of(self, link: str) -> tuple[str, ...]:
         return tuple(x for x in self.topo.links.get(link, ()) if x in self.topo.switches)
 
+    def _open_incidents(self, kind: str) -> list[Incident]:
+        return [inc for inc in (self.incidents[i] for i in self._open.values())
+                if inc.component.type == kind]
+
     def _related(self, a: tuple[str, str], b: tuple[str, str]) -> bool:
         """Whether two findings can be one fault named twice: the same or
         touching components (a link and a switch or host at its end, two
@@ -513,8 +516,8 @@ class Analyzer:
     def _nodes(self, key: tuple[str, str]) -> set[str]:
         kind, ident = key
         if kind == "link":
-            ends = set(self.topo.links.get(ident, ()))
-            return ends | {self.topo.nics[n].host for n in ends if n in self.topo.nics}
+            host = self._host_of(ident)
+            return set(self.topo.links.get(ident, ())) | ({host} if host else set())
         if kind == "nic" and ident in self.topo.nics:
             return {ident, self.topo.nics[ident].host}
         return {ident}
@@ -523,11 +526,11 @@ class Analyzer:
         """Endpoints of hosts an open incident says lose probes: like a stopped
         agent's, their losses are explained, and would make every link on
         their routes look lossy to the pairs beside them."""
-        hosts = {inc.component.id for inc in (self.incidents[i] for i in self._open.values())
-                 if inc.component.type == "host" and inc.symptom in ("loss", "unreachable")}
+        hosts = {inc.component.id for inc in self._open_incidents("host")
+                 if inc.symptom in ("loss", "unreachable")}
         if not hosts:
             return set()
-        return {e for e, ep in self.topo.endpoints.items() if self.topo.nics[ep.nic].host in hosts}
+        return {e for e in self.topo.endpoints if self.topo.host_of_endpoint(e) in hosts}
 
     def _container_of(self, endpoint: str) -> str | None:
         ep = self.topo.endpoints.get(endpoint)
@@ -547,8 +550,7 @@ class Analyzer:
         # Past the horizon an endpoint that never probes again is forgotten,
         # except one an open agent incident names: while it stays silent its
         # pairs' failures stay the agent's, however long that lasts.
-        held = {e for inc in (self.incidents[i] for i in self._open.values())
-                if inc.component.type == "agent"
+        held = {e for inc in self._open_incidents("agent")
                 for e in [inc.component.id, *inc.evidence.get("endpoints", ())]}
         self._silent = {e for e, t in self._last_probe.items()
                         if (horizon <= t or e in held) and t < start and e not in self.departed}

@@ -85,7 +85,7 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
         ep = unit if len(eps) > 1 else eps[0]
         pairs = sorted({p for e in eps for p in by_agent[e]})
         findings.append(Finding(component=Component("agent", ep), layer="agent",
-                                symptom=worst_symptom(anomalous[p] for p in pairs), pairs=sorted(pairs),
+                                symptom=worst_symptom(anomalous[p] for p in pairs), pairs=pairs,
                                 confidence=0.9,
                                 evidence={"reason": "the agent stopped (no heartbeat, or no probes "
                                                     "of its own): its pairs fail because nobody "
@@ -239,14 +239,15 @@ def _merge_hosts(links: list[Finding], host_of: HostOf) -> list[Finding]:
     used: set[int] = set()
     out: list[Finding] = []
     for (host, _), idx in sorted(at.items()):
-        if sum(1 for i in idx if _stands_out(links[i])) < 2:
+        standing = [i for i in idx if _stands_out(links[i])]
+        if len(standing) < 2:
             continue
         used.update(idx)
         out.append(Finding(
             component=Component("host", host), layer="host",
             symptom=worst_symptom(links[i].symptom for i in idx),
             pairs=sorted({p for i in idx for p in links[i].pairs}),
-            confidence=round(min(links[i].confidence for i in idx if _stands_out(links[i])), 3),
+            confidence=round(min(links[i].confidence for i in standing), 3),
             evidence={"reason": "links of several of the host's NICs, each under its own "
                                 "rail's ToR, failed together: nothing but the host joins them",
                       "links": sorted(links[i].component.id for i in idx),
@@ -334,8 +335,7 @@ def _absorb_into_switches(found: list[Finding], candidates: Candidates,
         if f.component.type == "link":
             crossed = [{sw for link, w in candidates(p).items() if w >= CERTAIN
                         for sw in switches_of(link)} for p in f.pairs]
-            home = next((s for s in switches if all(s.component.id in c for c in crossed)),
-                        None)
+            home = next((s for s in switches if all(s.component.id in c for c in crossed)), None)
         if home is None:
             out.append(f)
             continue
