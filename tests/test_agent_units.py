@@ -224,13 +224,13 @@ def test_prober_reads_replies_late_yet_measures_them_from_kernel_stamps():
 
 
 def test_prober_sends_a_batch_per_wake_up_within_the_jitter():
-    """One wake-up sends every probe due within its batch (twice the jitter
-    of an interval, capped), no probe more than a batch early, and says
-    when the next one is due."""
-    from probe_agent.udp import JITTER, MAX_BATCH_S, Prober, ProbeTarget
+    """One wake-up sends every probe due within its batch (half an
+    interval, capped), no probe more than a batch early, and says when the
+    next one is due."""
+    from probe_agent.udp import BATCH_SHARE, MAX_BATCH_S, Prober, ProbeTarget
 
     sent: list[tuple[str, float]] = []
-    for rate, batch in ((10.0, 2 * JITTER / 10.0), (1.0, MAX_BATCH_S)):
+    for rate, batch in ((40.0, BATCH_SHARE / 40.0), (1.0, MAX_BATCH_S)):
         p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, rate, 1.0,
                    lambda src, dst, size, t: sent.append((dst, t)), lambda *a: None)
         try:
