@@ -895,6 +895,7 @@ class Analyzer:
         changed = []
         seen_keys = set()
         before = dict(streaks)  # last window's streaks, for findings that moved
+        advanced: set[tuple[str, str]] = set()  # streaks this window has counted
         for f in findings:
             key = (f.component.type, f.component.id)
             # One incident per fault: a finding about pairs an open incident
@@ -926,7 +927,7 @@ class Analyzer:
             # The same fault may be named by another component from one window
             # to the next (its link, then its switch when other pairs join):
             # a streak follows the pairs, not the name.
-            st = (streaks.get(key) or _continued(before, f.pairs, partial(self._related, key))
+            st = (before.get(key) or _continued(before, f.pairs, partial(self._related, key))
                   or _Streak(0, start))
             # A window slow for most of its length counts twice, except after
             # windows that had only a slow tail: a tail then a slow window can
@@ -934,8 +935,17 @@ class Analyzer:
             double = (f.symptom == "latency" and any(p in strong for p in f.pairs)
                       and (st.count == 0 or not st.tails))
             count, first = st.count + (2 if double else 1), st.first
-            streaks[key] = _Streak(count, first, st.tails and f.symptom == "latency"
-                                   and all(p in tail_only for p in f.pairs), frozenset(f.pairs))
+            tails = st.tails and f.symptom == "latency" and all(p in tail_only for p in f.pairs)
+            pairs = frozenset(f.pairs)
+            if key in advanced:
+                # One component named twice in one window (two sets of its
+                # links) is one window of evidence, not two: counted twice,
+                # an 18 s congestion over two windows opened an incident.
+                prev = streaks[key]
+                count, first = max(count, prev.count), min(first, prev.first)
+                tails, pairs = tails and prev.tails, pairs | prev.pairs
+            advanced.add(key)
+            streaks[key] = _Streak(count, first, tails, pairs)
             # A finding nothing explains (an endpoint guess), or one the votes
             # barely favour (a link healthy pairs also cross, or one of
             # indistinguishable twins), is weak evidence: it must hold a

@@ -28,6 +28,10 @@ Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3 unless
   hostloss   the same host: 2 % of those probes lost
   agentdown  the endpoint's container: its agents stop (its endpoints send no
              probes, probes to them are lost), for good
+  busy       no fault: benign congestion every minute on average (a random ToR
+             or spine, 3-19 s, +20-60 us on probes through it; the dev set's
+             clean recording has one every ~3 minutes), so every incident is
+             false (--busy-per-hour; --start/--length do not apply)
   overlayloop the endpoint's host's virtual-switch rule for its first partner
              tunnels to a third host, whose rule tunnels back (the topology's
              snapshot shows both, offloaded copies included): the round
@@ -61,6 +65,7 @@ KINDS = ("bigdrop", "nicslow", "flap", "drift", "tordown", "torloss", "spinedown
          "agentdown", "overlayloop")
 ENDPOINT, TOR, SPINE = "jobA-w003/rnic5", "tor-r5-1", "spine-3"
 START_S, LENGTH_S = 400.0, 400.0
+BUSY_PER_HOUR = 60.0
 
 
 def _neighbours(topo: dict[str, Any], node: str) -> set[str]:
@@ -100,9 +105,43 @@ def _loop(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
             [{"type": "vswitch_rule", "id": f"{host_c}:{vni}:{x}"}], "overlay", hit)
 
 
+def _busy(topo: dict[str, Any], ts: np.ndarray, src: np.ndarray, dst: np.ndarray,
+          hops: list[set[str]], rtt: np.ndarray, per_hour: float,
+          rng: np.random.Generator) -> list[dict[str, Any]]:
+    """Benign congestion episodes added to `rtt` in place, in the dev set's
+    terms (truth `benign`): Poisson starts, each on one switch."""
+    switches = [s["id"] for s in topo["switches"] if s.get("tier") in ("tor", "spine")]
+    n_spines = sum(1 for s in topo["switches"] if s.get("tier") == "spine")
+    nic_of = {e["id"]: e["nic"] for c in topo["containers"] for e in c["endpoints"]}
+    tor_of = {n: next((x for x in _neighbours(topo, n) if x.startswith("tor")), "")
+              for n in set(nic_of.values())}
+    t0, t1 = float(ts.min()), float(ts.max())
+    episodes = []
+    at = t0 + rng.exponential(3600.0 / per_hour)
+    while at < t1 - 20.0:
+        sw = str(rng.choice(switches))
+        length, extra = float(rng.uniform(3, 19)), float(rng.uniform(20, 60))
+        rows = np.flatnonzero((ts >= at) & (ts < at + length))
+        on = []
+        for i in rows:
+            if hops[i]:
+                on.append(sw in hops[i])
+                continue
+            a, b = tor_of.get(nic_of.get(src[i], ""), ""), tor_of.get(nic_of.get(dst[i], ""), "")
+            if sw.startswith("tor"):
+                on.append(sw in (a, b))
+            else:  # a spine: only paths between two ToRs, one in as many spines
+                on.append(a != b and rng.random() < 1 / n_spines)
+        rtt[rows[np.array(on, dtype=bool)]] += extra
+        episodes.append({"kind": "congestion", "switch": sw, "start": at, "end": at + length,
+                         "extra_us": round(extra, 1), "injected": True})
+        at += length + rng.exponential(3600.0 / per_hour)
+    return episodes
+
+
 def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = START_S,
            length_s: float = LENGTH_S, endpoint: str = ENDPOINT, tor_id: str = TOR,
-           spine_id: str = SPINE) -> dict[str, Any]:
+           spine_id: str = SPINE, busy_per_hour: float = BUSY_PER_HOUR) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(clean / "topology.json", out / "topology.json")
     topo = json.loads((clean / "topology.json").read_text())
@@ -132,7 +171,11 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
     accept: list[dict[str, str]] = []
     silent = np.zeros(len(ts), dtype=bool)  # rows a dead agent never sent
     end: float | None = start + length_s
-    if kind in ("bigdrop", "nicslow", "flap", "drift", "linkloss"):
+    benign: list[dict[str, Any]] = []
+    if kind == "busy":
+        benign = _busy(topo, ts, src, dst, hops, rtt, busy_per_hour, rng)
+        component, hit = {}, np.zeros(len(ts), dtype=bool)
+    elif kind in ("bigdrop", "nicslow", "flap", "drift", "linkloss"):
         nic = nic_of[endpoint]
         tor = next(iter(_neighbours(topo, nic)))
         component = {"type": "link", "id": link_id(nic, tor)}
@@ -217,6 +260,10 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
     pq.write_table(t.filter(pa.array(~silent)), out / "probes.parquet")
     pairs = sorted({tuple(sorted(p)) for p in zip(src[affected], dst[affected], strict=True)})
     truth = json.loads((clean / "truth.json").read_text())
+    if kind == "busy":
+        truth["benign"] = truth.get("benign", []) + benign
+        (out / "truth.json").write_text(json.dumps(truth))
+        return {"kind": kind, "episodes": len(benign)}
     truth["clean"] = False
     truth["faults"] = [{"id": "X1", "kind": kind, "start": start, "end": end,
                         "layer": layer, "symptom": ("latency" if slow else "unreachable"
@@ -240,9 +287,12 @@ def main() -> None:
     ap.add_argument("--endpoint", default=ENDPOINT, help="of the endpoint and link kinds")
     ap.add_argument("--tor", default=TOR, help="of the ToR kinds")
     ap.add_argument("--spine", default=SPINE, help="of the spine kinds")
+    ap.add_argument("--busy-per-hour", type=float, default=BUSY_PER_HOUR,
+                    help="congestion episodes of the busy kind")
     a = ap.parse_args()
     made = [inject(k, a.clean, a.out / k, seed=a.seed, start_s=a.start, length_s=a.length,
-                   endpoint=a.endpoint, tor_id=a.tor, spine_id=a.spine)
+                   endpoint=a.endpoint, tor_id=a.tor, spine_id=a.spine,
+                   busy_per_hour=a.busy_per_hour)
             for k in a.kinds.split(",") if k]
     print(json.dumps({"made": made}))
     sys.stdout.flush()

@@ -502,3 +502,29 @@ def test_a_silent_endpoint_is_remembered_while_its_agent_incident_is_open():
         assert all(i.component == Component("agent", dead) for i in feed_silent(k, True))
     assert dead in e.dead | e._silent
     assert [(i.component.type, i.end) for i in e.list_incidents()] == [("agent", None)]
+
+
+def test_one_component_named_twice_in_a_window_is_one_window_of_evidence(engine):
+    """Localization may name one switch twice in a window (two sets of its
+    links, each its own finding). That is one window slow, not two: counted
+    twice, an 18 s congestion spread over two windows reached the three
+    windows a latency incident needs and opened a false one."""
+    from analyzer.localize import Finding
+
+    tor = Component("switch", LAY.tor(0, 0))
+    half = [(LAY.endpoint(0, 0), LAY.endpoint(2, 0)), (LAY.endpoint(0, 0), LAY.endpoint(3, 0))]
+    other = [(LAY.endpoint(1, 0), LAY.endpoint(2, 0)), (LAY.endpoint(1, 0), LAY.endpoint(3, 0))]
+
+    def window(k: int, findings: list[Finding]) -> list:
+        pairs = [p for f in findings for p in f.pairs]
+        return engine._update_incidents(T0 + k * W, findings, {}, set(pairs),
+                                        dict.fromkeys(pairs, "latency"), engine._open,
+                                        engine._streak, engine._persist)
+
+    assert engine.cfg.latency_persist_windows == 3
+    assert window(0, [Finding(tor, "underlay", "latency", half, 0.5),
+                      Finding(tor, "underlay", "latency", other, 0.2)]) == []
+    assert engine._streak[("switch", tor.id)].pairs == frozenset(half + other)
+    assert window(1, [Finding(tor, "underlay", "latency", half + other, 0.5)]) == []
+    opened = window(2, [Finding(tor, "underlay", "latency", half + other, 0.5)])
+    assert [(i.component, i.start) for i in opened] == [(tor, T0)]
