@@ -278,7 +278,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     for spec in a.job:
         try:
             name, *kv = spec.split(",")
-            fields: dict[str, Any] = {k: (float(v) if k == "period_s" else int(v))
+            fields: dict[str, Any] = {k: (float(v) if k in ("period_s", "a2a_share") else int(v))
                                       for k, v in (x.split("=") for x in kv)}
             shapes.append(JobShape(name, **fields))
         except (ValueError, TypeError) as e:
@@ -470,7 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("simulate", help="contract files of simulated training traffic")
     s.add_argument("--job", action="append", required=True,
-                   help="NAME,dp=D,tp=T,pp=P[,ep=E][,period_s=...] (repeatable: jobs share a cluster)")
+                   help="NAME,dp=D,tp=T,pp=P[,ep=E][,period_s=...][,a2a_share=...] "
+                        "(repeatable: jobs share a cluster)")
     s.add_argument("--seconds", type=float, default=120.0)
     s.add_argument("--interval", type=float, default=0.05, help="counter sampling interval, s")
     s.add_argument("--seed", type=int, default=0)

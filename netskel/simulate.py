@@ -18,6 +18,9 @@ gloo job in tests/test_testbed_torch.py shows the same shape):
 - the iteration ends with stage 0's reduction (the optimizer step), so
   iteration lengths jitter and the error accumulates (no fixed period);
 - MoE adds all-to-all inside each expert group around every microbatch;
+  an all-to-all waits for every member, so an expert group's replicas move
+  in lockstep, at its slowest member's pace (`a2a_share`: each all-to-all's
+  bytes per microbatch and direction, as a share of one activation);
 - noise: background bytes, random one-way bursts of 20-600 MB, checkpoint
   writes of GBs by every endpoint at once, missing samples, counter resets,
   host clock offsets, shuffled rows."""
@@ -43,6 +46,7 @@ class JobShape:
     nics_per_host: int = 8
     period_s: float = 6.0
     microbatches: int = 8
+    a2a_share: float = 0.5  # MoE all-to-all bytes per microbatch and direction / activation
     periodic: bool = True   # False: bring-up/debug traffic with no iteration
 
 
@@ -164,6 +168,10 @@ def _schedule(job: JobShape, nz: Noise, duration: float, rng: np.random.Generato
         pace = k_pace * (1.0 + np.abs(rng.normal(0, nz.straggle, job.dp)))
         stall = np.where(rng.random(job.dp) < nz.stall_prob,
                          rng.uniform(0.05, 0.5, job.dp), 0.0)
+        if job.ep > 1:  # an expert group's all-to-alls wait for its slowest member
+            groups = np.arange(job.dp) // job.ep
+            pace = np.maximum.reduceat(pace, np.arange(0, job.dp, job.ep))[groups]
+            stall = np.maximum.reduceat(stall, np.arange(0, job.dp, job.ep))[groups]
         # Stage s's last backward ends after (m + P - 1 - s) ... slots; its
         # all-reduce waits for the slowest replica.
         ends = np.array([np.max(stall + pace * unit * (2 * (m + P - 1) - s)) for s in range(P)])
@@ -200,9 +208,10 @@ def _rank_bursts(job: JobShape, r: _Rank, sch: _Schedule, ep_shift: np.ndarray
         tx.append((bwd_send, act_s, sch.act_bytes))
     if job.ep > 1:  # all-to-all around the expert layers, a collective of the group
         for when in (fwd_send, bwd_send):
-            w = when + ep_shift[:, None] - act_s
-            tx.append((w, act_s, sch.act_bytes / 2))
-            rx.append((w, act_s, sch.act_bytes / 2))
+            a2a_s = 2 * job.a2a_share * act_s
+            w = when + ep_shift[:, None] - a2a_s
+            tx.append((w, a2a_s, sch.act_bytes * job.a2a_share))
+            rx.append((w, a2a_s, sch.act_bytes * job.a2a_share))
     if job.dp > 1:
         tx.append((sch.reduce_at[r.s][:, None], sch.reduce_s, sch.grad_bytes))
         rx.append((sch.reduce_at[r.s][:, None], sch.reduce_s, sch.grad_bytes))

@@ -690,3 +690,18 @@ def test_after_unequal_replicas_the_next_boundary_pairs_adjacent_stages():
     assert {(a, b) for a in (0, 1) for b in (2, 3, 4)} <= pairs
     # every stage-1 unit keeps at least one partner in stage 2
     assert all(any((a, b) in pairs for b in (5, 6, 7)) for a in (2, 3, 4))
+
+
+def test_replicas_an_expert_group_holds_in_lockstep_keep_their_partners():
+    """MoE: an all-to-all waits for every member of its expert group, so the
+    group's replicas share one pace; with heavy all-to-alls and hosts' clocks
+    splitting them across sample boundaries, every row's pace correlated
+    +-0.8 with whole blocks of columns, and partners in the other block
+    were dropped (recall 0.97). Such a pace is no replica's own: the
+    transfers alone decide, and here they cannot, so the pairs are kept."""
+    shape = JobShape("j", dp=8, tp=8, pp=4, ep=8, a2a_share=4.0)
+    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=0.1), seed=2)
+    sk, tr = got["j"], truth["j"]
+    assert not tr.pairs - sk.pairs, f"{len(tr.pairs - sk.pairs)} true pairs dropped"
+    assert (sk.dp, sk.tp, sk.pp) == (shape.dp, shape.tp, shape.pp)
+    assert [set(s) for s in sk.pp_stages] == [set(s) for s in tr.pp_stages]
