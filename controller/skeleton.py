@@ -588,9 +588,13 @@ def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarra
     # hold its replicas in lockstep; which side of a sample boundary each
     # host's clock puts them then splits rows into blocks correlating +-0.8
     # with whole blocks of columns). The transfers alone decide such a row.
-    mine = c[np.arange(n), cols]
-    vague = (c >= (mine - noise)[:, None]).sum(axis=1) > 1
-    near = [np.union1d(t_near[i], [cols[i]]) if vague[i] else x for i, x in enumerate(near)]
+    # With two replicas a tie is only a weak pace, which the tolerance above
+    # already widens for.
+    if n >= 3:
+        mine = c[np.arange(n), cols]
+        vague = (c >= (mine - noise)[:, None]).sum(axis=1) > 1
+        near = [np.union1d(t_near[i], [cols[i]]) if vague[i] else x
+                for i, x in enumerate(near)]
     preferred = _preferred_swaps(t, cols, 2 * TRANSFER_MARGIN)
     return [np.union1d(np.union1d(x, p), [cols[i], t_cols[i]] if sure[i] else [cols[i]])
             for i, (x, p) in enumerate(zip(near, preferred, strict=True))]
