@@ -28,6 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 
 BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's top rate
+# An endpoint's reduction: its samples above this share of its own top rate
+# (then widened a sample each side, so a burst's tail still counts). The
+# reduction is one line-rate burst of GBs; an MoE stage's all-to-alls are
+# many smaller ones, in lockstep across its expert group, and at 10 % of
+# the top (BURST_LEVEL) they joined it and pulled every centre off.
+REDUCTION_LEVEL = 0.3
 COLLECTIVE_LEVEL = 0.05  # an endpoint's sample is collective above this share of its top
 MIN_ITERATIONS = 8  # fewer repeats than this are no evidence of training
 REGULAR_TOLERANCE = 0.25  # an iteration is regular within this fraction of the period
@@ -162,7 +168,7 @@ def collective_offsets(sym: np.ndarray, it: Iterations, dt: float) -> np.ndarray
     centre while the tail of a burst that straddles a sample boundary does
     (dropping it would snap the centre to the sample grid)."""
     top = np.quantile(sym, 0.999, axis=1, keepdims=True)
-    hot = sym > BURST_LEVEL * top
+    hot = sym > REDUCTION_LEVEL * top
     hot[:, 1:] |= hot[:, :-1].copy()
     hot[:, :-1] |= hot[:, 1:].copy()
     burst = np.where(hot, sym, 0.0)
