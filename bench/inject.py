@@ -105,6 +105,14 @@ def _loop(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
             [{"type": "vswitch_rule", "id": f"{host_c}:{vni}:{x}"}], "overlay", hit)
 
 
+def _endpoint_tor(topo: dict[str, Any]) -> dict[str, str]:
+    """Each endpoint's ToR: the tor-tier neighbour of its NIC ("" if none)."""
+    nic_of = {e["id"]: e["nic"] for c in topo["containers"] for e in c["endpoints"]}
+    tor_of = {n: next((x for x in _neighbours(topo, n) if x.startswith("tor")), "")
+              for n in set(nic_of.values())}
+    return {e: tor_of[n] for e, n in nic_of.items()}
+
+
 def _busy(topo: dict[str, Any], ts: np.ndarray, src: np.ndarray, dst: np.ndarray,
           hops: list[set[str]], rtt: np.ndarray, per_hour: float,
           rng: np.random.Generator) -> list[dict[str, Any]]:
@@ -112,9 +120,7 @@ def _busy(topo: dict[str, Any], ts: np.ndarray, src: np.ndarray, dst: np.ndarray
     terms (truth `benign`): Poisson starts, each on one switch."""
     switches = [s["id"] for s in topo["switches"] if s.get("tier") in ("tor", "spine")]
     n_spines = sum(1 for s in topo["switches"] if s.get("tier") == "spine")
-    nic_of = {e["id"]: e["nic"] for c in topo["containers"] for e in c["endpoints"]}
-    tor_of = {n: next((x for x in _neighbours(topo, n) if x.startswith("tor")), "")
-              for n in set(nic_of.values())}
+    tor = _endpoint_tor(topo)
     t0, t1 = float(ts.min()), float(ts.max())
     episodes = []
     at = t0 + rng.exponential(3600.0 / per_hour)
@@ -127,7 +133,7 @@ def _busy(topo: dict[str, Any], ts: np.ndarray, src: np.ndarray, dst: np.ndarray
             if hops[i]:
                 on.append(sw in hops[i])
                 continue
-            a, b = tor_of.get(nic_of.get(src[i], ""), ""), tor_of.get(nic_of.get(dst[i], ""), "")
+            a, b = tor.get(src[i], ""), tor.get(dst[i], "")
             if sw.startswith("tor"):
                 on.append(sw in (a, b))
             else:  # a spine: only paths between two ToRs, one in as many spines
@@ -198,9 +204,8 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
         lose = hit & (rng.random(len(ts)) < (1.0 if kind == "tordown" else 0.03))
     elif kind in ("spinedown", "spinelat", "uplinkloss", "uplinklat"):
         spines = [s["id"] for s in topo["switches"] if s.get("tier") == "spine"]
-        tor_of = {n: next((x for x in _neighbours(topo, n) if x.startswith("tor")), "")
-                  for n in set(nic_of.values())}
-        tors = np.array([(tor_of.get(nic_of.get(a, ""), ""), tor_of.get(nic_of.get(b, ""), ""))
+        tor = _endpoint_tor(topo)
+        tors = np.array([(tor.get(a, ""), tor.get(b, ""))
                          for a, b in zip(src, dst, strict=True)]).reshape(-1, 2)
         cross = tors[:, 0] != tors[:, 1]
         unrouted = np.array([not h for h in hops])

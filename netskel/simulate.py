@@ -169,9 +169,9 @@ def _schedule(job: JobShape, nz: Noise, duration: float, rng: np.random.Generato
         stall = np.where(rng.random(job.dp) < nz.stall_prob,
                          rng.uniform(0.05, 0.5, job.dp), 0.0)
         if job.ep > 1:  # an expert group's all-to-alls wait for its slowest member
-            groups = np.arange(job.dp) // job.ep
-            pace = np.maximum.reduceat(pace, np.arange(0, job.dp, job.ep))[groups]
-            stall = np.maximum.reduceat(stall, np.arange(0, job.dp, job.ep))[groups]
+            first, group = np.arange(0, job.dp, job.ep), np.arange(job.dp) // job.ep
+            pace = np.maximum.reduceat(pace, first)[group]
+            stall = np.maximum.reduceat(stall, first)[group]
         # Stage s's last backward ends after (m + P - 1 - s) ... slots; its
         # all-reduce waits for the slowest replica.
         ends = np.array([np.max(stall + pace * unit * (2 * (m + P - 1) - s)) for s in range(P)])
