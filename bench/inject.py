@@ -120,7 +120,7 @@ def _busy(topo: dict[str, Any], ts: np.ndarray, src: np.ndarray, dst: np.ndarray
     terms (truth `benign`): Poisson starts, each on one switch."""
     switches = [s["id"] for s in topo["switches"] if s.get("tier") in ("tor", "spine")]
     n_spines = sum(1 for s in topo["switches"] if s.get("tier") == "spine")
-    tor = _endpoint_tor(topo)
+    ep_tor = _endpoint_tor(topo)
     t0, t1 = float(ts.min()), float(ts.max())
     episodes = []
     at = t0 + rng.exponential(3600.0 / per_hour)
@@ -133,7 +133,7 @@ def _busy(topo: dict[str, Any], ts: np.ndarray, src: np.ndarray, dst: np.ndarray
             if hops[i]:
                 on.append(sw in hops[i])
                 continue
-            a, b = tor.get(src[i], ""), tor.get(dst[i], "")
+            a, b = ep_tor.get(src[i], ""), ep_tor.get(dst[i], "")
             if sw.startswith("tor"):
                 on.append(sw in (a, b))
             else:  # a spine: only paths between two ToRs, one in as many spines
@@ -204,8 +204,8 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
         lose = hit & (rng.random(len(ts)) < (1.0 if kind == "tordown" else 0.03))
     elif kind in ("spinedown", "spinelat", "uplinkloss", "uplinklat"):
         spines = [s["id"] for s in topo["switches"] if s.get("tier") == "spine"]
-        tor = _endpoint_tor(topo)
-        tors = np.array([(tor.get(a, ""), tor.get(b, ""))
+        ep_tor = _endpoint_tor(topo)
+        tors = np.array([(ep_tor.get(a, ""), ep_tor.get(b, ""))
                          for a, b in zip(src, dst, strict=True)]).reshape(-1, 2)
         cross = tors[:, 0] != tors[:, 1]
         unrouted = np.array([not h for h in hops])
