@@ -32,6 +32,7 @@ from controller.timing import (  # noqa: E402
     collective_mask,
     collective_offsets,
     find_iterations,
+    reduction_bursts,
     symmetric,
 )
 from netskel.topology import load_topology  # noqa: E402
@@ -47,14 +48,15 @@ def measure(rec: Path) -> dict[str, Any]:
     mask = collective_mask(sym)
     total = (tx + rx).sum(axis=1)
     share = np.where(mask, tx + rx, 0.0).sum(axis=1) / np.maximum(total, 1.0)
-    it = find_iterations(sym, r.dt)
+    burst = reduction_bursts(sym)
+    it = find_iterations(burst, r.dt)
     out: dict[str, Any] = {"recording": rec.name, "endpoints": len(eps),
                            "interval_s": round(float(r.dt), 4),
                            "collective_share_median": round(float(np.median(share)), 3)}
     if it is None:
         return out
     spacing = np.diff(it.sync) * r.dt
-    off = collective_offsets(sym, it, r.dt)
+    off = collective_offsets(burst, it, r.dt)
     idx = {e: i for i, e in enumerate(eps)}
     levels = [float(np.mean(off[[idx[e] for e in st]])) for st in truth.get("pp_stages", [])]
     gaps = -np.diff(levels) if len(levels) > 1 else np.zeros(0)

@@ -38,6 +38,7 @@ from controller.timing import (
     collective_offsets,
     find_iterations,
     high_passed,
+    reduction_bursts,
     symmetric,
 )
 from netskel.arrays import factorize, pair_order
@@ -786,12 +787,14 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # memory every (endpoints x samples) pass moves.
     tx, rx = r.tx.astype(np.float32, copy=False), r.rx.astype(np.float32, copy=False)
     sym = symmetric(tx, rx)
-    it = find_iterations(sym, r.dt)
+    burst = reduction_bursts(sym)
+    it = find_iterations(burst, r.dt)
     if it is None or it.regularity < MIN_REGULARITY:
         why = ("no repeating collective bursts" if it is None else
                f"irregular iterations (regularity {it.regularity:.2f})")
         return rail_aligned(topo, job, eps, f"no periodic training traffic: {why}")
-    offset = collective_offsets(sym, it, r.dt)
+    offset = collective_offsets(burst, it, r.dt)
+    del burst
     if not np.all(np.isfinite(offset)):
         missing = int(np.sum(~np.isfinite(offset)))
         return rail_aligned(topo, job, eps, f"{missing} endpoint(s) take no part in the "

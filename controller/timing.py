@@ -10,10 +10,11 @@ stage 0's reduction does (the optimizer step): a job-wide sync point.
 Iterations jitter (a few %), the error accumulates and replicas stall, so
 the recording is cut at each sync point rather than folded at one period.
 
-- `find_iterations`: the bursts of the job's symmetric traffic
-  (min(tx, rx): one-way bursts and checkpoint writes cancel), grouped into
-  one cluster per iteration by the gaps between them; the sync points are
-  the clusters' ends; the period is their median spacing.
+- `find_iterations`: the job's reductions (each endpoint's line-rate bursts
+  of symmetric traffic, min(tx, rx): one-way bursts and checkpoint writes
+  cancel; an MoE job's all-to-alls stay below), grouped into one cluster
+  per iteration by the gaps between them; the sync points are the
+  clusters' ends; the period is their median spacing.
 - `collective_offsets`: each endpoint's reduction time within each
   iteration, relative to the job's mean: stages show as levels.
 - `activity_wobble`: each endpoint's centre of non-collective traffic per
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's top rate
+BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's top reduction rate
 # An endpoint's reduction: its samples above this share of its own top rate
 # (then widened a sample each side, so a burst's tail still counts). The
 # reduction is one line-rate burst of GBs; an MoE stage's all-to-alls are
@@ -35,6 +36,7 @@ BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's t
 # the top (BURST_LEVEL) they joined it and pulled every centre off.
 REDUCTION_LEVEL = 0.3
 COLLECTIVE_LEVEL = 0.05  # an endpoint's sample is collective above this share of its top
+GAP_RATIO = 1.5  # gaps between iterations: their median at least this many times the cut
 MIN_ITERATIONS = 8  # fewer repeats than this are no evidence of training
 REGULAR_TOLERANCE = 0.25  # an iteration is regular within this fraction of the period
 OUTLIER_SAMPLES = 1.5  # an iteration's centre further than this many samples from the median...
@@ -84,13 +86,19 @@ def _clusters(hot: np.ndarray, job: np.ndarray, cut: int, dt: float
         # samples (spacings 1, 2, 3, ...) stay irregular.
         period = float(np.mean(spacing[np.abs(spacing - period) <= dt * (1 + 1e-6)]))
     regular = float(np.mean(np.abs(spacing - period) <= REGULAR_TOLERANCE * period))
+    # Iterations are apart: the gaps between them stand out from the gaps
+    # inside them. Random bursts joined by a large cut until their count
+    # looks regular are parted by gaps just over the cut.
+    if float(np.median(np.diff(hot)[big])) < GAP_RATIO * cut:
+        regular = 0.0
     return ends, bounds, period, regular
 
 
-def find_iterations(sym: np.ndarray, dt: float) -> Iterations | None:
-    """Sync points of the job's iterations, or None when its symmetric
-    traffic has no repeating burst structure (a debug or idle job)."""
-    share = sym / (sym.sum(axis=1, keepdims=True) + 1e-9)  # every endpoint counts alike
+def find_iterations(burst: np.ndarray, dt: float) -> Iterations | None:
+    """Sync points of the job's iterations from its endpoints' reductions
+    (`reduction_bursts`), or None when they have no repeating structure (a
+    debug or idle job)."""
+    share = burst / (burst.sum(axis=1, keepdims=True) + 1e-9)  # every endpoint counts alike
     job = share.mean(axis=0)
     top = float(np.quantile(job, 0.999))
     if not top > 0:
@@ -109,7 +117,7 @@ def find_iterations(sym: np.ndarray, dt: float) -> Iterations | None:
     cut, ends, bounds, period, regular = next(t for t in tried if t[4] >= best)
     if period <= 0:
         return None
-    n = sym.shape[1]
+    n = burst.shape[1]
     return Iterations(sync=np.minimum(ends + 1, n), bounds=np.minimum(bounds, n),
                       period=period, regularity=regular)
 
@@ -161,17 +169,24 @@ def _robust_mean(x: np.ndarray, dt: float) -> np.ndarray:
         return np.asarray(np.where(inside, x, 0.0).sum(axis=1) / inside.sum(axis=1))
 
 
-def collective_offsets(sym: np.ndarray, it: Iterations, dt: float) -> np.ndarray:
-    """Per endpoint, seconds between its reduction and the job's mean
-    reduction in the same iteration, averaged over iterations. Only burst
-    samples and their neighbours count, so background bytes do not pull the
-    centre while the tail of a burst that straddles a sample boundary does
-    (dropping it would snap the centre to the sample grid)."""
+def reduction_bursts(sym: np.ndarray) -> np.ndarray:
+    """Each endpoint's symmetric traffic in its reductions only: samples
+    above REDUCTION_LEVEL of its own top, widened a sample each side (a
+    burst straddles samples), zero elsewhere."""
     top = np.quantile(sym, 0.999, axis=1, keepdims=True)
     hot = sym > REDUCTION_LEVEL * top
     hot[:, 1:] |= hot[:, :-1].copy()
     hot[:, :-1] |= hot[:, 1:].copy()
-    burst = np.where(hot, sym, 0.0)
+    return np.asarray(np.where(hot, sym, 0.0))
+
+
+def collective_offsets(burst: np.ndarray, it: Iterations, dt: float) -> np.ndarray:
+    """Per endpoint, seconds between its reduction and the job's mean
+    reduction in the same iteration, averaged over iterations. Only burst
+    samples and their neighbours count, so background bytes do not pull the
+    centre while the tail of a burst that straddles a sample boundary does
+    (dropping it would snap the centre to the sample grid): `burst` is
+    `reduction_bursts` of the job's symmetric traffic."""
     # Windows cut mid-gap: a reduction whose endpoint's clock or burst runs
     # a little past the job's sync point stays in its own iteration.
     c = _window_centres(burst, it.bounds, dt)

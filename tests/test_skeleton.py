@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from controller.skeleton import WIDENED_CONFIDENCE, infer, to_rates
-from controller.timing import find_iterations
+from controller.timing import find_iterations, reduction_bursts
 from netskel.cli import main
 from netskel.model import pair_key
 from netskel.simulate import JobShape, Noise, simulate
@@ -97,7 +97,7 @@ def test_iterations_cut_at_sync_points_despite_accumulating_jitter(interval):
     x = np.ones((4, len(t)))
     for s0 in starts:
         x[:, (t >= s0) & (t < s0 + max(0.1, interval))] += 1000.0
-    it = find_iterations(x, interval)
+    it = find_iterations(reduction_bursts(x), interval)
     assert it is not None and abs(it.period - 2.5) < 0.15
     assert abs(it.count - (len(starts) - 1)) <= 1 and it.regularity > 0.9
 
@@ -109,7 +109,7 @@ def test_dense_random_samples_at_coarse_sampling_are_not_iterations(share):
     them one, and thousands of 'iterations' then)."""
     rng = np.random.default_rng(1)
     on = rng.random(3000) < share
-    it = find_iterations(np.ones((8, 3000)) + 1000.0 * on[None, :], 1.0)
+    it = find_iterations(reduction_bursts(np.ones((8, 3000)) + 1000.0 * on[None, :]), 1.0)
     assert it is None or it.regularity < 0.6
 
 
@@ -140,7 +140,7 @@ def test_random_bursts_are_not_iterations():
     x = np.ones((4, len(t)))
     for s0 in rng.uniform(0, 200, 40):
         x[:, (t >= s0) & (t < s0 + 0.1)] += 1000.0
-    it = find_iterations(x, 0.1)
+    it = find_iterations(reduction_bursts(x), 0.1)
     assert it is None or it.regularity < 0.6
 
 
@@ -752,7 +752,7 @@ def test_one_way_bursts_do_not_move_a_replicas_pace(seed):
                  cols["rx_bytes"], eps)
     tx, rx = r.tx.astype(np.float32), r.rx.astype(np.float32)
     sym = symmetric(tx, rx)
-    it = find_iterations(sym, r.dt)
+    it = find_iterations(reduction_bursts(sym), r.dt)
     assert it is not None
     at = {e: i for i, e in enumerate(r.endpoints)}
     stages = [np.array([at[e] for e in st]) for st in truth["j"].pp_stages]
@@ -771,3 +771,28 @@ def test_one_way_bursts_do_not_move_a_replicas_pace(seed):
     assert float(np.median(c[partner])) >= 0.4, c[partner]
     rows, got = max_assignment(c)
     assert partner[rows, got].mean() >= 0.75
+
+
+def test_all_to_alls_of_every_stage_at_once_are_not_iterations():
+    """In 1F1B every stage computes at once, so an MoE job's all-to-alls
+    (a2a_share 4: 120 MB per microbatch) burst on all stages together, while
+    each stage reduces alone. At 50 ms the job-wide sum of those all-to-alls
+    passed for the reductions: a 0.25 s "period" over 405 "iterations", and
+    true partners were dropped (recall 0.978). The job's bursts are its
+    endpoints' reductions (each endpoint's line-rate burst), and nothing
+    else."""
+    shape = JobShape("j", dp=8, tp=8, pp=4, ep=8, a2a_share=4.0)
+    noise = Noise(duration_s=180, interval_s=0.05)
+    topo_doc, table, truth = simulate([shape], noise, seed=2)
+    topo = parse_topology(topo_doc)
+    cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+    eps = [e.id for e in topo.job_endpoints("j")]
+    r = to_rates(cols["ts"], cols["endpoint"].astype(object), cols["tx_bytes"],
+                 cols["rx_bytes"], eps)
+    it = find_iterations(reduction_bursts(np.minimum(r.tx, r.rx)), r.dt)
+    assert it is not None
+    assert it.period == pytest.approx(shape.period_s, rel=0.1)
+    assert it.count == pytest.approx(noise.duration_s / shape.period_s, rel=0.2)
+    sk = infer(topo, "j", r)
+    assert not truth["j"].pairs - sk.pairs
+    assert (sk.dp, sk.tp, sk.pp) == (shape.dp, shape.tp, shape.pp)
