@@ -796,3 +796,33 @@ def test_all_to_alls_of_every_stage_at_once_are_not_iterations():
     sk = infer(topo, "j", r)
     assert not truth["j"].pairs - sk.pairs
     assert (sk.dp, sk.tp, sk.pp) == (shape.dp, shape.tp, shape.pp)
+
+
+def test_transfers_many_noise_levels_clear_decide_however_low_their_correlation():
+    """Where the pace says nothing, the transfers decide. Their correlation
+    level depends on how much else the samples hold: 0.14-0.18 with the
+    true partner ten noise levels clear of the rest (dp32 tp8 pp4 at 0.2 s).
+    A fixed margin of 0.2 called that no evidence and kept all 32 x 32
+    cross pairs (precision 0.41); the partners are now read off (a few
+    alternatives kept where a row's own noise leaves them open)."""
+    from controller.skeleton import chain_replicas
+
+    rng = np.random.default_rng(3)
+    n, samples = 32, 3000
+    units = [[np.array([i]) for i in range(n)], [np.array([n + i]) for i in range(n)]]
+    partner = rng.permutation(n)
+    shared = rng.normal(size=(n, samples))
+    ntx = rng.normal(size=(2 * n, samples))
+    nrx = rng.normal(size=(2 * n, samples))
+    ntx[:n] += 0.4 * shared
+    nrx[n + partner] += 0.4 * shared
+    ntx /= np.linalg.norm(ntx, axis=1, keepdims=True)
+    nrx /= np.linalg.norm(nrx, axis=1, keepdims=True)
+    level = float(np.mean(np.einsum("ij,ij->i", ntx[:n], nrx[n + partner])))
+    assert level < 0.2  # the correlation a fixed margin judged too weak
+    wobble = rng.normal(size=(2 * n, 30))  # no pace to tell replicas by
+    chunks, notes = chain_replicas(units, wobble, np.zeros(2 * n, dtype=int), ntx, nrx,
+                                   gaps=[5.0])
+    got = {tuple(p) for c in chunks for p in c.tolist()}
+    assert {(i, n + int(partner[i])) for i in range(n)} <= got
+    assert len(got) <= 2 * n, notes  # all cross pairs: n * n
