@@ -571,7 +571,12 @@ def _transfers_tell(t: np.ndarray, t_cols: np.ndarray) -> bool:
     others = (t.sum(axis=1) - t[rows, t_cols]) / max(1, n - 1)
     if float(np.median(t[rows, t_cols] - others)) >= TRANSFER_MARGIN:
         return True
-    return n >= 3 and float(np.mean(_transfer_evidence(t, t_cols)[2])) < 0.5
+    if n < 3:
+        return False
+    # The standing-out test of `_transfer_evidence`, without its move
+    # losses (a shortest-path pass, cubic in the replicas).
+    mine, mu, sd = _row_noise(t, t_cols)
+    return float(np.mean((mine - mu) < miss_z(n - 1) * sd)) < 0.5
 
 
 def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarray,
@@ -648,6 +653,19 @@ def _preferred_swaps(c: np.ndarray, cols: np.ndarray, margin: float) -> list[np.
     return [np.flatnonzero(row) for row in loss <= -margin]
 
 
+def _row_noise(c: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(each row's assigned score, the mean and spread of its scores away
+    from its assignment); with eight rows or fewer one spread for all."""
+    n = len(cols)
+    rows = np.arange(n)
+    mine = c[rows, cols]
+    off = np.where(rows[None, :] == cols[:, None], np.nan, c)
+    mu = np.nanmean(off, axis=1)
+    sd = np.maximum(np.nanstd(off, axis=1, ddof=1) if n > POOLED_SPREAD_ROWS
+                    else np.full(n, float(np.nanstd(off - mu[:, None], ddof=1))), 1e-9)
+    return mine, mu, sd
+
+
 def _transfer_evidence(c: np.ndarray, cols: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Loss of each move (`_forced_loss`), its z-score and the rows whose
@@ -660,14 +678,8 @@ def _transfer_evidence(c: np.ndarray, cols: np.ndarray
     every alternative it has: with hundreds of replicas some noise score is
     several levels high."""
     n = len(cols)
-    rows = np.arange(n)
     holder = _holders(cols)
-    mine = c[rows, cols]
-    off = np.where(rows[None, :] == cols[:, None], np.nan, c)
-    mu = np.nanmean(off, axis=1)
-    # Too few alternatives per row (eight or fewer): one spread for all.
-    sd = np.maximum(np.nanstd(off, axis=1, ddof=1) if n > POOLED_SPREAD_ROWS
-                    else np.full(n, float(np.nanstd(off - mu[:, None], ddof=1))), 1e-9)
+    mine, mu, sd = _row_noise(c, cols)
     best_by_luck = NormalDist().inv_cdf(1.0 - 1.0 / n)
     strength = np.maximum(mine - mu - best_by_luck * sd, 0.0)
     both = strength[:, None] + strength[holder][None, :]

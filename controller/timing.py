@@ -60,11 +60,11 @@ def symmetric(tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
     return np.asarray(np.minimum(tx, rx))
 
 
-def _clusters(hot: np.ndarray, job: np.ndarray, cut: int, dt: float
+def _clusters(hot: np.ndarray, gaps: np.ndarray, job: np.ndarray, cut: int, dt: float
               ) -> tuple[np.ndarray, np.ndarray, float, float]:
     """(cluster ends, mid-gap bounds, period, regularity) when burst samples
-    closer than `cut` samples belong to one iteration."""
-    big = np.flatnonzero(np.diff(hot) > cut)
+    closer than `cut` samples belong to one iteration (`gaps`: np.diff(hot))."""
+    big = np.flatnonzero(gaps > cut)
     starts = np.r_[hot[0], hot[big + 1]]
     ends = np.r_[hot[big], hot[-1]]
     half = (starts[1:] - ends[:-1] + 1) // 2
@@ -89,7 +89,7 @@ def _clusters(hot: np.ndarray, job: np.ndarray, cut: int, dt: float
     # Iterations are apart: the gaps between them stand out from the gaps
     # inside them. Random bursts joined by a large cut until their count
     # looks regular are parted by gaps just over the cut.
-    if float(np.median(np.diff(hot)[big])) < GAP_RATIO * cut:
+    if float(np.median(gaps[big])) < GAP_RATIO * cut:
         regular = 0.0
     return ends, bounds, period, regular
 
@@ -111,8 +111,9 @@ def find_iterations(burst: np.ndarray, dt: float) -> Iterations | None:
     # iterations is what makes iterations most regular (a cut too small
     # splits iterations, one too large merges them: both give irregular
     # spacing); among equals the smallest cut wins.
-    cuts = np.unique(np.r_[1, np.diff(hot)])  # 1: only adjacent samples join
-    tried = [(c, *_clusters(hot, job, int(c), dt)) for c in cuts]
+    gaps = np.diff(hot)
+    cuts = np.unique(np.r_[1, gaps])  # 1: only adjacent samples join
+    tried = [(c, *_clusters(hot, gaps, job, int(c), dt)) for c in cuts]
     best = max(t[4] for t in tried)
     cut, ends, bounds, period, regular = next(t for t in tried if t[4] >= best)
     if period <= 0:

@@ -22,18 +22,23 @@ from netskel.topology import parse_topology
 RECORDING = Noise(duration_s=180)
 
 
-def run_infer(shapes, noise=None, seed=0):
+def simulated_rates(shapes, noise=None, seed=0):
+    """(topology, each job's rates, truth) of one simulated recording."""
     topo_doc, table, truth = simulate(shapes, noise or RECORDING, seed=seed)
     topo = parse_topology(topo_doc)
     cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
-    out = {}
+    rates = {}
     for s in shapes:
         eps = [e.id for e in topo.job_endpoints(s.name)]
         m = np.isin(cols["endpoint"], eps)
-        r = to_rates(cols["ts"][m], cols["endpoint"][m].astype(object), cols["tx_bytes"][m],
-                     cols["rx_bytes"][m], eps)
-        out[s.name] = infer(topo, s.name, r)
-    return out, truth
+        rates[s.name] = to_rates(cols["ts"][m], cols["endpoint"][m].astype(object),
+                                 cols["tx_bytes"][m], cols["rx_bytes"][m], eps)
+    return topo, rates, truth
+
+
+def run_infer(shapes, noise=None, seed=0):
+    topo, rates, truth = simulated_rates(shapes, noise, seed)
+    return {name: infer(topo, name, r) for name, r in rates.items()}, truth
 
 
 @pytest.mark.parametrize("shape", [
@@ -743,13 +748,9 @@ def test_one_way_bursts_do_not_move_a_replicas_pace(seed):
     from controller.timing import collective_mask, symmetric
 
     shape = JobShape("j", dp=8, tp=8, pp=4)
-    topo_doc, table, truth = simulate(
+    topo, rates, truth = simulated_rates(
         [shape], Noise(duration_s=120, interval_s=0.05, oneway_per_s=0.1), seed=seed)
-    topo = parse_topology(topo_doc)
-    cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
-    eps = [e.id for e in topo.job_endpoints("j")]
-    r = to_rates(cols["ts"], cols["endpoint"].astype(object), cols["tx_bytes"],
-                 cols["rx_bytes"], eps)
+    r = rates["j"]
     tx, rx = r.tx.astype(np.float32), r.rx.astype(np.float32)
     sym = symmetric(tx, rx)
     it = find_iterations(reduction_bursts(sym), r.dt)
@@ -783,12 +784,8 @@ def test_all_to_alls_of_every_stage_at_once_are_not_iterations():
     else."""
     shape = JobShape("j", dp=8, tp=8, pp=4, ep=8, a2a_share=4.0)
     noise = Noise(duration_s=180, interval_s=0.05)
-    topo_doc, table, truth = simulate([shape], noise, seed=2)
-    topo = parse_topology(topo_doc)
-    cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
-    eps = [e.id for e in topo.job_endpoints("j")]
-    r = to_rates(cols["ts"], cols["endpoint"].astype(object), cols["tx_bytes"],
-                 cols["rx_bytes"], eps)
+    topo, rates, truth = simulated_rates([shape], noise, seed=2)
+    r = rates["j"]
     it = find_iterations(reduction_bursts(np.minimum(r.tx, r.rx)), r.dt)
     assert it is not None
     assert it.period == pytest.approx(shape.period_s, rel=0.1)
