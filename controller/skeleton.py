@@ -589,19 +589,28 @@ def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarra
     differ: a job-wide median would trust the weak ones as much as the
     strong ones). A row's pace counts as strong only where the transfers
     choose the same partner: a pace can look strong by chance, and a wrong
-    assignment is then trusted most where it is wrong.
+    assignment is then trusted most where it is wrong. With eight replicas
+    or fewer the transfers must also stand out doing so: they agree with
+    any pace one time in n by chance, and an expert group's lockstep had
+    both witnesses choose the swap of two true partners, the transfers tied
+    0.44 / 0.38 (bench/sweep.py --set moe). With more replicas an agreement
+    is itself rare by chance, and asking more cost precision at 4,096
+    endpoints (0.991 -> 0.985) and kept no pair that was lost.
     The transfers are a second, independent witness: a move the pace cannot
     exclude is kept only if they leave it open too; where they clearly
     choose another partner, or clearly prefer a swap, both choices are kept
     (two witnesses that disagree settle nothing; with two replicas the
     pace's four scores are one number)."""
     n = len(cols)
-    strength = np.where(t_cols == cols, np.maximum(strength, 0.0), 0.0)
+    t_near, sure = transfer_near(t, t_cols)
+    agree = t_cols == cols
+    if 3 <= n <= POOLED_SPREAD_ROWS:
+        agree &= sure
+    strength = np.where(agree, np.maximum(strength, 0.0), 0.0)
     holder = _holders(cols)
     both = strength[:, None] + strength[holder][None, :]
     tolerance = np.maximum(2 * AMBIGUITY * noise, 2 * miss_z(n - 1) * noise - both)
     near = _near_assignments(c, cols, tolerance)
-    t_near, sure = transfer_near(t, t_cols)
     if any(len(x) > 1 for x in near):
         near = [np.intersect1d(a, b) for a, b in zip(near, t_near, strict=True)]
     # A pace that is no replica's own says nothing about partners: a row

@@ -823,3 +823,28 @@ def test_transfers_many_noise_levels_clear_decide_however_low_their_correlation(
     got = {tuple(p) for c in chunks for p in c.tolist()}
     assert {(i, n + int(partner[i])) for i in range(n)} <= got
     assert len(got) <= 2 * n, notes  # all cross pairs: n * n
+
+
+def test_transfers_tied_between_two_columns_do_not_confirm_a_pace():
+    """Four replicas at one stage boundary of an MoE job (dp8 tp4 pp8 ep4,
+    `bench/sweep.py --set moe`, seed 2; the scores as measured). Rows 2 and
+    3 are in one expert group: the pace pairs them crosswise with a clear
+    margin, and the transfers, tied between columns 2 and 3 (0.44 / 0.38),
+    happen to lean the same way. Transfers that do not stand out confirm
+    nothing (with four replicas they agree with any pace one time in four),
+    so the pace's margin is not trusted and the true partners (the
+    diagonal) stay in the list."""
+    from controller.grouping import max_assignment
+    from controller.skeleton import _pace_near
+
+    c = np.array([[0.61, -0.28, -0.48, -0.08], [-0.11, 0.73, -0.19, -0.21],
+                  [-0.18, -0.20, 0.00, 0.31], [-0.38, -0.40, 0.65, 0.20]])
+    t = np.array([[0.41, -0.27, 0.02, 0.01], [-0.26, 0.65, -0.44, -0.43],
+                  [0.01, -0.47, 0.38, 0.44], [0.06, -0.50, 0.44, 0.38]])
+    cols, t_cols = max_assignment(c)[1], max_assignment(t)[1]
+    assert cols.tolist() == t_cols.tolist() == [0, 1, 3, 2]  # both witnesses chose the swap
+    noise = 1.0 / np.sqrt(31)  # 31 iterations
+    near = _pace_near(c, cols, t, t_cols, c[np.arange(4), cols], noise)
+    assert all(i in near[i] for i in range(4)), [x.tolist() for x in near]
+    # Rows whose transfers do stand out keep their one partner.
+    assert near[1].tolist() == [1]
