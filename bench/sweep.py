@@ -11,8 +11,10 @@ a second run only adds what is missing.
 Sets: `default`, 14 shapes (pipeline depths 1-8, tp 2-8, dp 1-32, MoE
 among them) x 0.05 / 0.2 / 1 s x seeds 1-2; `moe`, 6 MoE shapes with
 lockstepped expert groups x 0.05 / 0.1 s x seeds 1-3; `big`, dp64 tp8 pp8
-(4,096 endpoints) at 0.05 s, seeds 1-3, for 120 and 300 s. Prints one JSON
-line naming what it wrote.
+(4,096 endpoints) at 0.05 s, seeds 1-3, for 120 and 300 s; `fine`, 6 shapes
+at 0.01 / 0.025 s (the finest sampling the dev set's README names, where
+host clocks lie several samples apart) x seeds 1-2. Prints one JSON line
+naming what it wrote.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ DEFAULT = ["dp=2,tp=8,pp=8", "dp=4,tp=8,pp=4", "dp=8,tp=4,pp=4", "dp=4,tp=2,pp=6
 MOE = ["dp=8,tp=8,pp=4,ep=8,a2a_share=2", "dp=8,tp=8,pp=4,ep=8,a2a_share=4",
        "dp=8,tp=8,pp=2,ep=4", "dp=8,tp=8,pp=2,ep=4,a2a_share=4",
        "dp=16,tp=8,pp=4,ep=2,a2a_share=2", "dp=8,tp=4,pp=8,ep=4,a2a_share=2"]
+FINE = ["dp=4,tp=8,pp=4", "dp=8,tp=4,pp=4", "dp=16,tp=8,pp=2", "dp=2,tp=4,pp=8",
+        "dp=32,tp=8,pp=4", "dp=8,tp=8,pp=4,ep=8,a2a_share=2"]
 SETS: dict[str, list[tuple[str, float, int, float | None]]] = {
     "default": [(s, i, seed, None) for s in DEFAULT for i in (0.05, 0.2, 1.0) for seed in (1, 2)],
     "moe": [(s, i, seed, None) for s in MOE for i in (0.05, 0.1) for seed in (1, 2, 3)],
     "big": [("dp=64,tp=8,pp=8", 0.05, seed, secs) for secs in (120.0, 300.0) for seed in (1, 2, 3)],
+    "fine": [(s, i, seed, None) for s in FINE for i in (0.01, 0.025) for seed in (1, 2)],
 }
 
 
