@@ -34,10 +34,12 @@ from controller.pinglist import id_hash, owner_bits
 from controller.timing import (
     Iterations,
     activity_wobble,
+    align_clocks,
     collective_mask,
     collective_offsets,
     find_iterations,
     high_passed,
+    host_clocks,
     reduction_bursts,
     symmetric,
 )
@@ -846,6 +848,11 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     for g in groups:
         ia, ib = np.triu_indices(len(g), k=1)
         chunks.append(np.stack([g[ia], g[ib]], axis=1))
+    # Everything after the stages compares endpoints sample by sample:
+    # on one clock, a send and its receive share a sample.
+    ahead = host_clocks(offset, groups, host_of)
+    tx, rx = align_clocks(tx, ahead, r.dt), align_clocks(rx, ahead, r.dt)
+    sym = symmetric(tx, rx)
     mask = collective_mask(sym)
     stage_sets = [np.flatnonzero(stage == s) for s in range(pp)]
     wobble, lone = replica_pace(tx, rx, mask, it, r.dt, stage_sets)
