@@ -850,7 +850,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         chunks.append(np.stack([g[ia], g[ib]], axis=1))
     # Everything after the stages compares endpoints sample by sample:
     # on one clock, a send and its receive share a sample.
-    ahead = host_clocks(offset, groups, host_of)
+    ahead = host_clocks(offset, groups, host_of, CLOCK_SPREAD_S)
     tx, rx = align_clocks(tx, ahead, r.dt), align_clocks(rx, ahead, r.dt)
     sym = symmetric(tx, rx)
     mask = collective_mask(sym)

@@ -203,8 +203,8 @@ def collective_offsets(burst: np.ndarray, it: Iterations, dt: float) -> np.ndarr
     return _robust_mean(rel, dt)
 
 
-def host_clocks(offset: np.ndarray, groups: list[np.ndarray], host_of: np.ndarray
-                ) -> np.ndarray:
+def host_clocks(offset: np.ndarray, groups: list[np.ndarray], host_of: np.ndarray,
+                limit: float) -> np.ndarray:
     """Per endpoint, seconds its host's clock runs ahead of its peers'. The
     members of a data-parallel group reduce at one instant (the all-reduce
     waits for the last), so where each one's reduction sits against its
@@ -212,7 +212,10 @@ def host_clocks(offset: np.ndarray, groups: list[np.ndarray], host_of: np.ndarra
     one host's endpoints share one clock (their median). Hosts' clocks
     lie tens of ms apart: at 50 ms sampling or finer, a send and its
     receive land samples apart, and the transfers that tell pipeline
-    partners apart vanish or point at a lockstepped neighbour."""
+    partners apart vanish or point at a lockstepped neighbour. No clock is
+    further off than `limit` (NTP's bound): a host reducing further from its
+    group than that is no clock error but a structure in doubt, and moving
+    its rates by hundreds of ms would only scramble them."""
     res = np.zeros_like(offset)
     for g in groups:
         if len(g) > 1:
@@ -222,7 +225,7 @@ def host_clocks(offset: np.ndarray, groups: list[np.ndarray], host_of: np.ndarra
     for h in range(int(host.max()) + 1 if len(host) else 0):
         m = host == h
         out[m] = np.median(res[m])
-    return out
+    return np.asarray(np.clip(out, -limit, limit))
 
 
 def align_clocks(x: np.ndarray, ahead: np.ndarray, dt: float, rows: int = 256) -> np.ndarray:

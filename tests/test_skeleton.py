@@ -884,12 +884,15 @@ def test_host_clocks_come_from_reductions_against_the_group():
     offset = (0.3 * stage_of + clock[host_of] + rng.normal(0, 0.001, hosts * rails))
     groups = [np.flatnonzero((stage_of == s) & (rail_of == r))
               for s in range(2) for r in range(rails)]
-    got = host_clocks(offset, groups, host_of)
+    got = host_clocks(offset, groups, host_of, limit=0.05)
     assert np.all(got[::rails] == got[1::rails])  # one clock per host
     for s in range(2):
         h = np.arange(4) + 4 * s
         err = (got[h * rails] - got[h * rails].mean()) - (clock[h] - clock[h].mean())
         assert np.abs(err).max() < 0.004, err
+    # A host reducing 0.3 s from its group is no clock: held at the limit.
+    offset[host_of == 2] += 0.3
+    assert np.all(host_clocks(offset, groups, host_of, limit=0.05)[host_of == 2] == 0.05)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
