@@ -8,9 +8,10 @@ inference around it.
     python bench/partners.py DIR [DIR ...]
     (e.g. the 1 s copies: python bench/variants.py ../shared/data/dev/skeleton /tmp/v1 --interval 1.0)
 
-Statistics: `transfers` (what controller/skeleton.py uses: high-passed
-traffic outside collectives, group residuals, one side's tx against the
-other's rx), `raw` (group residuals of tx and rx as recorded), `net`
+Statistics: `transfers` (what controller/skeleton.py uses: every host's
+rates moved onto one clock, high-passed traffic outside collectives, group
+residuals, one side's tx against the other's rx), `unaligned` (the same on
+each host's own clock, as before session 20), `raw` (group residuals of tx and rx as recorded), `net`
 (residuals of tx - rx) and `net_masked` (the same outside collectives).
 Prints a line per boundary and statistic, then one JSON line: per
 statistic the share of replicas whose true partner is not first, and the
@@ -32,11 +33,21 @@ sys.path.insert(0, str(ROOT))
 
 from controller.infer import job_rates, read_throughput  # noqa: E402
 from controller.skeleton import (  # noqa: E402
+    CLOCK_SPREAD_S,
     _group_residual,
     one_way_outliers,
     transfer_scores,
 )
-from controller.timing import collective_mask, high_passed, symmetric  # noqa: E402
+from controller.timing import (  # noqa: E402
+    align_clocks,
+    collective_mask,
+    collective_offsets,
+    find_iterations,
+    high_passed,
+    host_clocks,
+    reduction_bursts,
+    symmetric,
+)
 from netskel.topology import load_topology  # noqa: E402
 
 
@@ -48,6 +59,18 @@ def margins(scores: np.ndarray, true: np.ndarray, samples: int) -> list[float]:
     sd = max(float(np.std(scores[~true])), 1.0 / np.sqrt(samples))
     return [float((scores[i][true[i]].max() - scores[i][~true[i]].max()) / sd)
             for i in range(len(scores)) if true[i].any() and (~true[i]).any()]
+
+
+def _transfer_series(tx: np.ndarray, rx: np.ndarray, dt: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """High-passed tx and rx outside collectives, each endpoint's largest
+    one-way samples left out: what infer() scores transfers on."""
+    mask = collective_mask(symmetric(tx, rx))
+    htx, hrx = high_passed(tx, mask, dt), high_passed(rx, mask, dt)
+    lone = one_way_outliers(tx, rx, mask)
+    htx[lone] = 0.0
+    hrx[lone] = 0.0
+    return htx, hrx
 
 
 def _units(topo: Any, eps: list[str], stage: np.ndarray) -> list[np.ndarray]:
@@ -71,13 +94,19 @@ def boundaries(d: Path) -> list[dict[str, Any]]:
         rail = np.array([topo.nics[topo.endpoints[e].nic].rail for e in eps])
         stages = [np.array([index[e] for e in st]) for st in job["pp_stages"]]
         groups = [st[rail[st] == k] for st in stages for k in np.unique(rail[st])]
+        unaligned = _transfer_series(tx, rx, r.dt)
+        hosts = [topo.nics[topo.endpoints[e].nic].host for e in eps]
+        host = np.unique(hosts, return_inverse=True)[1]
+        burst = reduction_bursts(symmetric(tx, rx))
+        it = find_iterations(burst, r.dt)
+        if it is not None:  # as infer() does: every host's rates on one clock
+            ahead = host_clocks(collective_offsets(burst, it, r.dt), groups, host,
+                                CLOCK_SPREAD_S)
+            tx, rx = align_clocks(tx, ahead, r.dt), align_clocks(rx, ahead, r.dt)
         mask = collective_mask(symmetric(tx, rx))
-        htx, hrx = high_passed(tx, mask, r.dt), high_passed(rx, mask, r.dt)
-        lone = one_way_outliers(tx, rx, mask)  # as infer() leaves them out
-        htx[lone] = 0.0
-        hrx[lone] = 0.0
         stats = {
-            "transfers": (htx, hrx),
+            "transfers": _transfer_series(tx, rx, r.dt),
+            "unaligned": unaligned,
             "raw": (tx, rx),
             "net": (tx - rx, rx - tx),
             "net_masked": (np.where(mask, 0.0, tx - rx), np.where(mask, 0.0, rx - tx)),
