@@ -10,9 +10,11 @@ inference around it.
 
 Statistics: `transfers` (what controller/skeleton.py uses: every host's
 rates moved onto one clock, high-passed traffic outside collectives, group
-residuals, one side's tx against the other's rx), `unaligned` (the same on
-each host's own clock, as before session 20), `raw` (group residuals of tx and rx as recorded), `net`
-(residuals of tx - rx) and `net_masked` (the same outside collectives).
+residuals, one side's tx against the other's rx; collectives are what the
+whole data-parallel group bursts in), `unaligned` (as before session 20:
+each host's own clock, each endpoint's own collective level), `raw`
+(group residuals of tx and rx as recorded), `net` (residuals of tx - rx)
+and `net_masked` (the same outside collectives).
 Prints a line per boundary and statistic, then one JSON line: per
 statistic the share of replicas whose true partner is not first, and the
 smallest margin seen.
@@ -61,11 +63,12 @@ def margins(scores: np.ndarray, true: np.ndarray, samples: int) -> list[float]:
             for i in range(len(scores)) if true[i].any() and (~true[i]).any()]
 
 
-def _transfer_series(tx: np.ndarray, rx: np.ndarray, dt: float
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """High-passed tx and rx outside collectives, each endpoint's largest
+def _transfer_series(tx: np.ndarray, rx: np.ndarray, dt: float,
+                     groups: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """High-passed tx and rx outside collectives (with `groups`, collectives
+    the whole group bursts in, as infer() has them), each endpoint's largest
     one-way samples left out: what infer() scores transfers on."""
-    mask = collective_mask(symmetric(tx, rx))
+    mask = collective_mask(symmetric(tx, rx), groups)
     htx, hrx = high_passed(tx, mask, dt), high_passed(rx, mask, dt)
     lone = one_way_outliers(tx, rx, mask)
     htx[lone] = 0.0
@@ -103,9 +106,9 @@ def boundaries(d: Path) -> list[dict[str, Any]]:
             ahead = host_clocks(collective_offsets(burst, it, r.dt), groups, host,
                                 CLOCK_SPREAD_S)
             tx, rx = align_clocks(tx, ahead, r.dt), align_clocks(rx, ahead, r.dt)
-        mask = collective_mask(symmetric(tx, rx))
+        mask = collective_mask(symmetric(tx, rx), groups)
         stats = {
-            "transfers": _transfer_series(tx, rx, r.dt),
+            "transfers": _transfer_series(tx, rx, r.dt, groups),
             "unaligned": unaligned,
             "raw": (tx, rx),
             "net": (tx - rx, rx - tx),

@@ -853,7 +853,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     ahead = host_clocks(offset, groups, host_of, CLOCK_SPREAD_S)
     tx, rx = align_clocks(tx, ahead, r.dt), align_clocks(rx, ahead, r.dt)
     sym = symmetric(tx, rx)
-    mask = collective_mask(sym)
+    mask = collective_mask(sym, groups)
     stage_sets = [np.flatnonzero(stage == s) for s in range(pp)]
     wobble, lone = replica_pace(tx, rx, mask, it, r.dt, stage_sets)
     # High-passed traffic is linear in the bytes: sent and received apiece,

@@ -907,3 +907,36 @@ def test_partners_are_paired_on_one_clock(seed):
     assert (sk.dp, sk.tp, sk.pp) == (4, 8, 4)
     assert truth["j"].pairs <= sk.pairs
     assert len(truth["j"].pairs) / len(sk.pairs) >= 0.99, sk.notes
+
+
+def test_a_collective_is_what_the_whole_group_bursts_in():
+    """Four endpoints of one data-parallel group reduce together at samples
+    10-11; endpoint 0 alone also sends and receives at line rate at sample
+    50 (a forward send overlapping a backward receive at fine sampling).
+    On its own level both look collective; with the group's say only the
+    reduction is (widened a sample each side), and the activations stay
+    for the transfer scores."""
+    from controller.timing import collective_mask
+
+    sym = np.full((4, 80), 1.0, dtype=np.float32)
+    sym[:, 10:12] = 100.0
+    sym[0, 50] = 90.0
+    alone = collective_mask(sym)
+    assert alone[0, 49:52].all()
+    grouped = collective_mask(sym, [np.arange(4)])
+    assert grouped[:, 9:13].all() and not grouped[:, 13:49].any()
+    assert not grouped[0, 49:52].any()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_partners_at_10_ms_where_activations_fill_whole_samples(seed):
+    """dp4 tp8 pp4 sampled every 10 ms: a sample holding a stage's forward
+    send and backward receive at line rate was masked as a collective, and
+    the transfers that tell partners with it (precision 0.74 / 0.56, whole
+    boundaries kept). A collective is now what the whole group bursts in."""
+    shape = JobShape("j", dp=4, tp=8, pp=4)
+    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=0.01), seed=seed)
+    sk = got["j"]
+    assert (sk.dp, sk.tp, sk.pp) == (4, 8, 4)
+    assert truth["j"].pairs <= sk.pairs
+    assert len(truth["j"].pairs) / len(sk.pairs) >= 0.8, sk.notes
