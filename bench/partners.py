@@ -63,12 +63,10 @@ def margins(scores: np.ndarray, true: np.ndarray, samples: int) -> list[float]:
             for i in range(len(scores)) if true[i].any() and (~true[i]).any()]
 
 
-def _transfer_series(tx: np.ndarray, rx: np.ndarray, dt: float,
-                     groups: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """High-passed tx and rx outside collectives (with `groups`, collectives
-    the whole group bursts in, as infer() has them), each endpoint's largest
-    one-way samples left out: what infer() scores transfers on."""
-    mask = collective_mask(symmetric(tx, rx), groups)
+def _transfer_series(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray, dt: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """High-passed tx and rx outside collectives (`mask`), each endpoint's
+    largest one-way samples left out: what infer() scores transfers on."""
     htx, hrx = high_passed(tx, mask, dt), high_passed(rx, mask, dt)
     lone = one_way_outliers(tx, rx, mask)
     htx[lone] = 0.0
@@ -97,7 +95,7 @@ def boundaries(d: Path) -> list[dict[str, Any]]:
         rail = np.array([topo.nics[topo.endpoints[e].nic].rail for e in eps])
         stages = [np.array([index[e] for e in st]) for st in job["pp_stages"]]
         groups = [st[rail[st] == k] for st in stages for k in np.unique(rail[st])]
-        unaligned = _transfer_series(tx, rx, r.dt)
+        unaligned = _transfer_series(tx, rx, collective_mask(symmetric(tx, rx)), r.dt)
         hosts = [topo.nics[topo.endpoints[e].nic].host for e in eps]
         host = np.unique(hosts, return_inverse=True)[1]
         burst = reduction_bursts(symmetric(tx, rx))
@@ -108,7 +106,7 @@ def boundaries(d: Path) -> list[dict[str, Any]]:
             tx, rx = align_clocks(tx, ahead, r.dt), align_clocks(rx, ahead, r.dt)
         mask = collective_mask(symmetric(tx, rx), groups)
         stats = {
-            "transfers": _transfer_series(tx, rx, r.dt, groups),
+            "transfers": _transfer_series(tx, rx, mask, r.dt),
             "unaligned": unaligned,
             "raw": (tx, rx),
             "net": (tx - rx, rx - tx),

@@ -895,20 +895,6 @@ def test_host_clocks_come_from_reductions_against_the_group():
     assert np.all(host_clocks(offset, groups, host_of, limit=0.05)[host_of == 2] == 0.05)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_partners_are_paired_on_one_clock(seed):
-    """At 25 ms sampling hosts' clocks (+-20 ms) put a send and its receive
-    samples apart: the transfers between partners faded and pointed at
-    neighbours, and boundaries were kept wide (precision 0.77 / 0.95).
-    Rates moved onto one clock first, the partners are read off exactly."""
-    shape = JobShape("j", dp=4, tp=8, pp=4)
-    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=0.025), seed=seed)
-    sk = got["j"]
-    assert (sk.dp, sk.tp, sk.pp) == (4, 8, 4)
-    assert truth["j"].pairs <= sk.pairs
-    assert len(truth["j"].pairs) / len(sk.pairs) >= 0.99, sk.notes
-
-
 def test_a_collective_is_what_the_whole_group_bursts_in():
     """Four endpoints of one data-parallel group reduce together at samples
     10-11; endpoint 0 alone also sends and receives at line rate at sample
@@ -929,14 +915,19 @@ def test_a_collective_is_what_the_whole_group_bursts_in():
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_partners_at_10_ms_where_activations_fill_whole_samples(seed):
-    """dp4 tp8 pp4 sampled every 10 ms: a sample holding a stage's forward
-    send and backward receive at line rate was masked as a collective, and
-    the transfers that tell partners with it (precision 0.74 / 0.56, whole
-    boundaries kept). A collective is now what the whole group bursts in."""
+@pytest.mark.parametrize("interval, least", [(0.025, 0.99), (0.01, 0.8)])
+def test_partners_at_fine_sampling(interval, least, seed):
+    """dp4 tp8 pp4 sampled every 25 and 10 ms. At 25 ms hosts' clocks
+    (+-20 ms) put a send and its receive samples apart: the transfers
+    between partners faded and pointed at neighbours, and boundaries were
+    kept wide (precision 0.77 / 0.95); rates moved onto one clock first,
+    the partners are read off exactly. At 10 ms a sample holding a stage's
+    forward send and backward receive at line rate was masked as a
+    collective, and the transfers with it (0.74 / 0.56); a collective is
+    now what the whole group bursts in."""
     shape = JobShape("j", dp=4, tp=8, pp=4)
-    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=0.01), seed=seed)
+    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=interval), seed=seed)
     sk = got["j"]
     assert (sk.dp, sk.tp, sk.pp) == (4, 8, 4)
     assert truth["j"].pairs <= sk.pairs
-    assert len(truth["j"].pairs) / len(sk.pairs) >= 0.8, sk.notes
+    assert len(truth["j"].pairs) / len(sk.pairs) >= least, sk.notes
