@@ -99,12 +99,9 @@ def _kind_ok(t: pa.DataType, kind: str) -> bool:
                 or pa.types.is_dictionary(t))
 
 
-def read_table(path: str | Path, required: dict[str, str],
-               dictionary: tuple[str, ...] = ()) -> pa.Table:
-    """A Parquet file with the required columns, or one InputError line.
-    String columns named in `dictionary` are read dictionary-encoded: ids
-    repeat millions of times, and decoding them to strings first costs more
-    than the whole read."""
+def checked_schema(path: str | Path, required: dict[str, str]) -> pa.Schema:
+    """The schema of a Parquet file holding the required columns, or one
+    InputError line."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
@@ -120,9 +117,24 @@ def read_table(path: str | Path, required: dict[str, str],
         if not _kind_ok(schema.field(col).type, kind):
             raise InputError(f"{p}: column '{col}' has type {schema.field(col).type}, "
                              f"expected {kind}")
-    as_dict = [c for c in dictionary if c in schema.names
-               and (pa.types.is_string(schema.field(c).type)
-                    or pa.types.is_large_string(schema.field(c).type))]
+    return schema
+
+
+def dictionary_columns(schema: pa.Schema, wanted: tuple[str, ...]) -> list[str]:
+    """Those of `wanted` that are string columns (read dictionary-encoded)."""
+    return [c for c in wanted if c in schema.names
+            and (pa.types.is_string(schema.field(c).type)
+                 or pa.types.is_large_string(schema.field(c).type))]
+
+
+def read_table(path: str | Path, required: dict[str, str],
+               dictionary: tuple[str, ...] = ()) -> pa.Table:
+    """A Parquet file with the required columns, or one InputError line.
+    String columns named in `dictionary` are read dictionary-encoded: ids
+    repeat millions of times, and decoding them to strings first costs more
+    than the whole read."""
+    p = Path(path)
+    as_dict = dictionary_columns(checked_schema(p, required), dictionary)
     try:
         table = pq.read_table(p, read_dictionary=as_dict or None)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:

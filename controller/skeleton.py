@@ -67,6 +67,7 @@ MIN_TRANSFER_GAP_SAMPLES = 0.5  # ...closer than this: no transfers either, part
 # per rail reducing that far from the next level is a stage, and members of
 # one stage that far apart are no single collective.
 CLOCK_SPREAD_S = 0.05
+ROW_BLOCK = 1 << 22  # rows per block of a pass that would need a rows-long temporary
 
 
 @dataclass
@@ -107,7 +108,7 @@ def _endpoint_time_order(code: np.ndarray, ts: np.ndarray, counts: np.ndarray
     are already in time order: a stable radix sort by endpoint alone keeps
     them so (O(n)). Only when some endpoint's rows are out of order are the
     runs sorted, each within itself; ties keep file order (as np.lexsort)."""
-    small = code.astype(np.uint16) if len(counts) <= 1 << 16 else code
+    small = code.astype(np.uint16, copy=False) if len(counts) <= 1 << 16 else code
     order = np.argsort(small, kind="stable")
     del small
     t = ts[order]
@@ -148,14 +149,20 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     # Renumber the wanted endpoints 0..E-1 and drop everything else.
     # (Every (rows,) array here is large: small dtypes and no needless copies
     # keep a 77 M-row recording's passes inside memory that is already mapped.)
-    remap = np.full(len(names), -1, dtype=np.int32)
-    remap[want] = np.arange(len(want), dtype=np.int32)
+    # Codes up to 65,535 endpoints fit 16 bits, which numpy sorts by radix;
+    # len(want) marks rows of endpoints not wanted.
+    code_type = np.uint16 if len(want) < 1 << 16 else np.int32
+    remap = np.full(len(names), len(want), dtype=code_type)
+    remap[want] = np.arange(len(want), dtype=code_type)
     code = remap[code]
-    sel = code >= 0
+    sel = code < len(want)
     if not sel.all():
         ts, code, tx, rx = ts[sel], code[sel], tx[sel], rx[sel]
     del sel
-    counts = np.bincount(code, minlength=len(want))
+    # In blocks: bincount widens its input to int64 (77 M rows: 0.6 GB).
+    counts = np.zeros(len(want), dtype=np.int64)
+    for lo in range(0, len(code), ROW_BLOCK):
+        counts += np.bincount(code[lo:lo + ROW_BLOCK], minlength=len(want))
     order, ts = _endpoint_time_order(code, ts, counts)
     del code  # sorted by endpoint: each endpoint's rows are one run
     bounds = np.r_[0, np.cumsum(counts)]
@@ -197,11 +204,16 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
         rates are differences within an endpoint, so its offset cancels.
         Integer counters stay exact through the running sum."""
         v = v[idx]
-        inc = np.empty_like(v)
-        np.subtract(v[1:], v[:-1], out=inc[1:])
-        np.copyto(inc, v, where=inc < 0)
-        inc[first] = 0.0
-        return np.cumsum(inc, out=inc)
+        # Increments in place, blocks from the end backwards (each block's
+        # previous row is still a counter reading): no second rows-long
+        # array (77 M rows: 0.6 GB each for tx and rx).
+        for hi in range(len(v), 1, -ROW_BLOCK):
+            lo = max(hi - ROW_BLOCK, 1)
+            inc = v[lo:hi] - v[lo - 1:hi - 1]
+            np.copyto(inc, v[lo:hi], where=inc < 0)
+            v[lo:hi] = inc
+        v[first] = 0
+        return np.cumsum(v, out=v)
 
     # tx and rx are independent passes of memory-bound numpy work, which
     # releases the GIL: two threads use both cores.

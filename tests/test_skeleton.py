@@ -931,3 +931,62 @@ def test_partners_at_fine_sampling(interval, least, seed):
     assert (sk.dp, sk.tp, sk.pp) == (4, 8, 4)
     assert truth["j"].pairs <= sk.pairs
     assert len(truth["j"].pairs) / len(sk.pairs) >= least, sk.notes
+
+
+def test_counter_increments_in_blocks_equal_one_pass(monkeypatch):
+    """Counters are differenced in place, block by block from the end; a
+    block edge must not lose or double an increment, a reset included
+    (blocks of 7 rows against one block)."""
+    import controller.skeleton as sk
+
+    _, table, _ = simulate([JobShape("j", dp=2, tp=8, pp=2)],
+                           Noise(duration_s=15, resets=6), seed=3)
+    cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+    eps = sorted(set(cols["endpoint"]))
+
+    def rates():
+        return to_rates(cols["ts"], cols["endpoint"].astype(object), cols["tx_bytes"],
+                        cols["rx_bytes"], eps)
+
+    whole = rates()
+    monkeypatch.setattr(sk, "ROW_BLOCK", 7)
+    blocks = rates()
+    np.testing.assert_array_equal(whole.tx, blocks.tx)
+    np.testing.assert_array_equal(whole.rx, blocks.rx)
+    assert np.all(whole.tx >= 0) and np.all(whole.rx >= 0)  # resets are not negative rates
+
+
+def test_throughput_read_in_batches_keeps_every_row_and_id(tmp_path):
+    """Row groups with their own dictionaries, copied batch by batch into
+    arrays allocated once: every row's id, time and counters as written."""
+    from controller.infer import read_throughput
+
+    topo_doc, table, _ = simulate([JobShape("j", dp=2, tp=8, pp=2)], Noise(duration_s=10), seed=2)
+    rng = np.random.default_rng(0)
+    table = table.take(pa.array(rng.permutation(table.num_rows)))
+    path = tmp_path / "tp.parquet"
+    pq.write_table(table, path, row_group_size=250)  # > 20 row groups, each its own dictionary
+    assert pq.ParquetFile(path).metadata.num_row_groups > 20
+    got = read_throughput(path, parse_topology(topo_doc))
+    names = np.array(got["names"], dtype=object)
+    assert names[got["code"]].tolist() == table.column("endpoint").to_pylist()
+    for c in ("ts", "tx_bytes", "rx_bytes"):
+        np.testing.assert_array_equal(got[c], table.column(c).to_numpy())
+
+
+def test_each_job_of_a_shared_file_as_when_inferred_alone(tmp_path):
+    """The last job takes the rows over (freed as it goes): every job's
+    skeleton is the one `--job` gives for it alone."""
+    topo_doc, table, _ = simulate([JobShape("a", dp=2, tp=8, pp=2), JobShape("b", dp=4, tp=8, pp=1)],
+                                  RECORDING, seed=4)
+    (tmp_path / "t.json").write_text(json.dumps(topo_doc))
+    pq.write_table(table, tmp_path / "tp.parquet")
+    args = ["infer", "--topology", str(tmp_path / "t.json"), "--throughput",
+            str(tmp_path / "tp.parquet")]
+    assert main(args + ["-o", str(tmp_path / "both.json")]) == 0
+    both = {j["job"]: j for j in json.loads((tmp_path / "both.json").read_text())["jobs"]}
+    assert sorted(both) == ["a", "b"]
+    for job in ("a", "b"):
+        assert main(args + ["--job", job, "-o", str(tmp_path / f"{job}.json")]) == 0
+        alone = json.loads((tmp_path / f"{job}.json").read_text())["jobs"]
+        assert alone == [both[job]]
