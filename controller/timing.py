@@ -217,15 +217,28 @@ def host_clocks(offset: np.ndarray, groups: list[np.ndarray], host_of: np.ndarra
     group than that is no clock error but a structure in doubt, and moving
     its rates by hundreds of ms would only scramble them."""
     res = np.zeros_like(offset)
-    for g in groups:
-        if len(g) > 1:
-            res[g] = offset[g] - np.median(offset[g])
+    kept = [np.asarray(g) for g in groups if len(g) > 1]
+    if kept:
+        member = np.concatenate(kept)
+        label = np.repeat(np.arange(len(kept)), [len(g) for g in kept])
+        res[member] = offset[member] - grouped_median(offset[member], label)[label]
     _, host = np.unique(host_of, return_inverse=True)
-    out = np.zeros_like(offset)
-    for h in range(int(host.max()) + 1 if len(host) else 0):
-        m = host == h
-        out[m] = np.median(res[m])
+    out = grouped_median(res, host)[host] if len(host) else np.zeros_like(offset)
     return np.asarray(np.clip(out, -limit, limit))
+
+
+def grouped_median(values: np.ndarray, label: np.ndarray) -> np.ndarray:
+    """Median of `values` per label 0..label.max() (NaN where a label has
+    none), by one sort instead of a boolean pass per label."""
+    count = np.bincount(label)
+    order = np.lexsort((values, label))
+    v = values[order]
+    start = np.r_[0, np.cumsum(count)[:-1]]
+    out = np.full(len(count), np.nan)
+    has = count > 0
+    lo, hi = (start + (count - 1) // 2)[has], (start + count // 2)[has]
+    out[has] = (v[lo] + v[hi]) / 2.0
+    return out
 
 
 def align_clocks(x: np.ndarray, ahead: np.ndarray, dt: float, rows: int = 256) -> np.ndarray:

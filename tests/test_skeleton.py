@@ -895,6 +895,21 @@ def test_host_clocks_come_from_reductions_against_the_group():
     assert np.all(host_clocks(offset, groups, host_of, limit=0.05)[host_of == 2] == 0.05)
 
 
+def test_grouped_median_is_numpys_median_per_label():
+    """One sort for all labels, odd and even counts, ties and an empty label:
+    each label's median as np.median gives it."""
+    from controller.timing import grouped_median
+
+    rng = np.random.default_rng(8)
+    label = rng.integers(0, 40, 500)
+    label[label == 7] = 8  # label 7 has no values
+    values = np.round(rng.normal(size=500), 1)  # ties
+    got = grouped_median(values, label)
+    assert len(got) == label.max() + 1 and np.isnan(got[7])
+    for k in set(range(len(got))) - {7}:
+        assert got[k] == np.median(values[label == k])
+
+
 def test_a_collective_is_what_the_whole_group_bursts_in():
     """Four endpoints of one data-parallel group reduce together at samples
     10-11; endpoint 0 alone also sends and receives at line rate at sample
