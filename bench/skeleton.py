@@ -26,51 +26,76 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def one(n: int, seconds: float, shuffled: bool, repeat: int) -> dict[str, object]:
+def simulate_to(n: int, seconds: float, shuffled: bool, d: Path) -> None:
+    """The recording's files, and the true pairs as endpoint indices
+    (pairs.npy, ids in endpoints.json), written by a process of its own:
+    the simulating process, left alive beside the runs, held ~9 GB at
+    32,768 endpoints while they ran."""
+    import numpy as np
     import pyarrow.parquet as pq
 
     from netskel.simulate import JobShape, Noise, simulate
 
     shape = JobShape("job", dp=n // 64, tp=8, pp=8)
     topo_doc, table, truth = simulate([shape], Noise(duration_s=seconds, shuffle=shuffled), seed=1)
+    (d / "t.json").write_text(json.dumps(topo_doc))
+    pq.write_table(table, d / "tp.parquet")
+    eps = sorted({e for pair in truth["job"].pairs for e in pair})
+    at = {e: i for i, e in enumerate(eps)}
+    (d / "endpoints.json").write_text(json.dumps({"endpoints": eps, "rows": table.num_rows}))
+    np.save(d / "pairs.npy", np.array([(at[a], at[b]) for a, b in truth["job"].pairs],
+                                      dtype=np.int64))
+
+
+def pair_keys(pairs: Any, n: int) -> Any:
+    """Unordered pairs of indices as one sorted integer key each."""
+    import numpy as np
+
+    lo, hi = np.minimum(pairs[:, 0], pairs[:, 1]), np.maximum(pairs[:, 0], pairs[:, 1])
+    return np.unique(lo * n + hi)
+
+
+def one(n: int, seconds: float, shuffled: bool, repeat: int) -> dict[str, object]:
+    import numpy as np
+
     with tempfile.TemporaryDirectory() as tmp:
-        topo = Path(tmp) / "t.json"
-        topo.write_text(json.dumps(topo_doc))
-        tp = Path(tmp) / "tp.parquet"
-        pq.write_table(table, tp)
-        rows = table.num_rows
-        del table, topo_doc
-        out = Path(tmp) / "skeleton.json"
+        d = Path(tmp)
+        subprocess.run([sys.executable, __file__, "--simulate", str(n), str(seconds), tmp]
+                       + (["--shuffled"] if shuffled else []), cwd=ROOT, check=True)
+        topo, tp, out = d / "t.json", d / "tp.parquet", d / "skeleton.json"
         runs = []
         for _ in range(repeat):
             run = subprocess.run([sys.executable, __file__, "--infer", str(topo), str(tp),
                                   str(out)], capture_output=True, text=True, cwd=ROOT, check=True)
             runs.append(json.loads(run.stdout.strip().splitlines()[-1]))
-        # The median run: the first after the simulation is slower (32,768:
-        # 33-36 s against 25-28 s; the file is wholly in the page cache,
-        # written back, and the guest neither reclaims nor compacts —
-        # /proc/vmstat — so likely the VM backing memory the simulation
-        # gave back). Runs are listed in the order they ran.
+        # The median run; runs are listed in the order they ran.
         in_order = [x["total_s"] for x in runs]
         runs.sort(key=lambda x: x["total_s"])
         timing = {**runs[len(runs) // 2], "total_s_runs": in_order}
         doc = json.loads(out.read_text())
+        meta = json.loads((d / "endpoints.json").read_text())
+        true_idx = np.load(d / "pairs.npy")
+    at = {e: i for i, e in enumerate(meta["endpoints"])}
     job = doc["jobs"][0]
-    pairs = {tuple(sorted((s, d))) for s, ds in job["ping_list"].items() for d in ds}
-    tr = truth["job"].pairs
+    got_idx = np.array([(at.setdefault(s, len(at)), at.setdefault(t, len(at)))
+                        for s, ts in job["ping_list"].items() for t in ts],
+                       dtype=np.int64).reshape(-1, 2)  # ids in no true pair get new indices
+    pairs, tr = pair_keys(got_idx, len(at)), pair_keys(true_idx, len(at))
+    hit = len(np.intersect1d(pairs, tr, assume_unique=True))
     full = n * (n - 1) // 2
     rail = 8 * ((n // 8) * (n // 8 - 1) // 2)
-    return {"endpoints": n, "rows": rows, "row_order": "shuffled" if shuffled else "recorded",
-            **timing,
+    return {"endpoints": n, "rows": meta["rows"],
+            "row_order": "shuffled" if shuffled else "recorded", **timing,
             "parallelism": job["parallelism"], "confidence": job["confidence"],
             "ping_pairs": len(pairs), "true_pairs": len(tr),
-            "recall": round(len(pairs & tr) / len(tr), 4),
-            "precision": round(len(pairs & tr) / max(1, len(pairs)), 4),
+            "recall": round(hit / len(tr), 4),
+            "precision": round(hit / max(1, len(pairs)), 4),
             "vs_full_mesh": round(len(pairs) / full, 5), "vs_rail_aligned": round(len(pairs) / rail, 4),
             "vs_true": round(len(pairs) / len(tr), 3), "true_vs_full_mesh": round(len(tr) / full, 5)}
 
@@ -91,7 +116,18 @@ def infer_once(topo: str, tp: str, out: str) -> dict[str, float]:
     t2 = time.perf_counter()
     return {"total_s": round(t2 - t0, 2), "infer_s": round(t1 - t0, 2),
             "write_json_s": round(t2 - t1, 2),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+            "peak_rss_mb": round(peak_rss_kb() / 1024, 1)}
+
+
+def peak_rss_kb() -> int:
+    """This process's own peak resident memory (VmHWM). Not getrusage's
+    ru_maxrss: Linux carries that over exec from the forked parent, so a
+    child of the simulating process (32,768 endpoints: ~9 GB) reported the
+    parent's peak, not its own."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def main() -> None:
@@ -103,9 +139,14 @@ def main() -> None:
     ap.add_argument("--shuffled", action="store_true")
     ap.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--infer", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--simulate", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.infer:
         print(json.dumps(infer_once(*a.infer)))
+        return
+    if a.simulate:
+        n, seconds, d = a.simulate
+        simulate_to(int(n), float(seconds), a.shuffled, Path(d))
         return
     if a.one:
         print(json.dumps(one(a.one, a.seconds, a.shuffled, a.repeat)))
