@@ -5,10 +5,13 @@ any traffic — coarser sampling (counters are cumulative, so keeping every
 k-th sample is exactly what a slower sampler reads), opaque ids (names
 that carry no rank, host or rail), fewer traced routes (a route is only
 ever removed, never made up) and longer recordings (copies of the clean
-recording around a fault one, time-shifted). A method that passes the originals but
+recording around a fault one, time-shifted) or shorter ones (the first
+seconds of a throughput recording: what the live controller holds that
+long after a job starts). A method that passes the originals but
 not these copies leans on something the held-out set does not give it.
 
     python bench/variants.py ../shared/data/dev/skeleton OUT [--interval 1.0] [--opaque]
+        [--seconds 60 [--skip 30]]
     python bench/variants.py ../shared/data/dev/faults OUT [--routes 0.3] [--opaque]
         [--clean ../shared/data/dev/faults/dev-fa1_clean_busy --before 1 --after 2]
     python bench/accuracy.py OUT
@@ -46,6 +49,15 @@ def decimate(table: pa.Table, interval_s: float) -> pa.Table:
     keep = first.copy()
     keep[1:] |= slot[1:] != slot[:-1]
     return table.take(pa.array(np.sort(order[keep])))
+
+
+def truncate(table: pa.Table, seconds: float, skip: float = 0.0) -> pa.Table:
+    """The rows from `skip` to `skip + seconds` after the recording's first
+    sample."""
+    ts = table.column("ts").to_numpy()
+    start = float(ts.min()) + skip
+    keep = (ts >= start) & (ts < start + seconds)
+    return table.filter(pa.array(keep))
 
 
 def _opaque(name: str, salt: str) -> str:
@@ -129,12 +141,14 @@ def surround(table: pa.Table, truth: dict[str, Any], clean: Path, before: int, a
 
 
 def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int,
-         routes: float = 1.0, clean: Path | None = None, before: int = 0, after: int = 0
-         ) -> str:
+         routes: float = 1.0, clean: Path | None = None, before: int = 0, after: int = 0,
+         seconds: float | None = None, skip: float = 0.0) -> str:
     topology = json.loads((rec / "topology.json").read_text())
     truth = json.loads((rec / "truth.json").read_text())
     data = "throughput.parquet" if (rec / "throughput.parquet").exists() else "probes.parquet"
     table = pq.read_table(rec / data)
+    if seconds and data == "throughput.parquet":
+        table = truncate(table, seconds, skip)
     if interval_s and data == "throughput.parquet":
         table = decimate(table, interval_s)
     if clean is not None and data == "probes.parquet" and (before or after):
@@ -168,14 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clean", type=Path, help="a clean recording of the same topology ...")
     ap.add_argument("--before", type=int, default=0, help="... copies of it placed before")
     ap.add_argument("--after", type=int, default=0, help="... and after each fault recording")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="keep this many seconds of each throughput recording")
+    ap.add_argument("--skip", type=float, default=0.0,
+                    help="... starting this long after its first sample")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     recs = ([args.src] if (args.src / "truth.json").exists()
             else sorted(p for p in args.src.iterdir() if (p / "truth.json").exists()))
     made = [make(r, args.out, args.interval, args.opaque, args.seed, args.routes, args.clean,
-                 args.before, args.after) for r in recs]
+                 args.before, args.after, args.seconds, args.skip) for r in recs]
     print(json.dumps({"made": made, "interval_s": args.interval, "opaque": args.opaque,
-                      "routes": args.routes}))
+                      "routes": args.routes, "seconds": args.seconds, "skip": args.skip}))
     return 0
 
 
