@@ -41,7 +41,12 @@ BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's t
 REDUCTION_LEVEL = 0.3
 COLLECTIVE_LEVEL = 0.05  # an endpoint's sample is collective above this share of its top
 GAP_RATIO = 1.5  # gaps between iterations: their median at least this many times the cut
-MIN_ITERATIONS = 8  # fewer repeats than this are no evidence of training
+# Fewer repeats than this are no evidence of training. Iterations last up
+# to 30 s: three minutes of counters hold six.
+MIN_ITERATIONS = 5
+# In an iteration every endpoint reduces; in one pipeline stage's cluster of
+# reductions at most half do (pp >= 2). The median window must hold this share.
+WHOLE_JOB = 0.75
 REGULAR_TOLERANCE = 0.25  # an iteration is regular within this fraction of the period
 OUTLIER_SAMPLES = 1.5  # an iteration's centre further than this many samples from the median...
 OUTLIER_MADS = 3.0  # ...plus this many robust deviations is a stall or straggler, left out
@@ -118,13 +123,31 @@ def find_iterations(burst: np.ndarray, dt: float) -> Iterations | None:
     gaps = np.diff(hot)
     cuts = np.unique(np.r_[1, gaps])  # 1: only adjacent samples join
     tried = [(c, *_clusters(hot, gaps, job, int(c), dt)) for c in cuts]
-    best = max(t[4] for t in tried)
-    cut, ends, bounds, period, regular = next(t for t in tried if t[4] >= best)
-    if period <= 0:
+    # Every endpoint reduces once an iteration. With few long iterations,
+    # each pipeline stage's reduction (one backward apart, far closer than
+    # the iterations) is a regular cluster of its own, holding 1/pp of the
+    # endpoints: such clusters are not iterations.
+    on = burst[:: max(1, len(burst) // 1024)] > 0  # up to 1,024 endpoints, evenly spread
+    whole = [t for t in tried if t[3] > 0 and _coverage(on, t[2]) >= WHOLE_JOB]
+    if not whole:
         return None
+    best = max(t[4] for t in whole)
+    cut, ends, bounds, period, regular = next(t for t in whole if t[4] >= best)
     n = burst.shape[1]
     return Iterations(sync=np.minimum(ends + 1, n), bounds=np.minimum(bounds, n),
                       period=period, regularity=regular)
+
+
+def _coverage(on: np.ndarray, bounds: np.ndarray) -> float:
+    """Median over iteration windows (between consecutive mid-gap bounds)
+    of the share of endpoints (rows of `on`: where each reduces) that
+    reduce in the window."""
+    if len(bounds) < 2:
+        return 0.0
+    edges = np.minimum(np.asarray(bounds, dtype=np.int64), on.shape[1] - 1)
+    inside = np.logical_or.reduceat(on, edges[:-1], axis=1)
+    inside[:, np.diff(edges) <= 0] = False  # reduceat gives an empty window its first sample
+    return float(np.median(inside.mean(axis=0)))
 
 
 def _window_centres(x: np.ndarray, sync: np.ndarray, dt: float, rows: int = 256) -> np.ndarray:

@@ -850,6 +850,34 @@ def test_transfers_tied_between_two_columns_do_not_confirm_a_pace():
     assert near[1].tolist() == [1]
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_few_long_iterations_are_iterations_not_stage_clusters(seed):
+    """30 s iterations in three minutes of counters (six of them), eight
+    stages reducing ~0.8 s apart: each stage's reductions form a regular
+    cluster of their own, and those clusters are many. Every endpoint
+    reduces in an iteration and an eighth of them in a stage's cluster, so
+    the iterations are the six, and the structure is found."""
+    shape = JobShape("j", dp=2, tp=8, pp=8, period_s=30.0)
+    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=0.1), seed=seed)
+    sk, tr = got["j"], truth["j"]
+    assert (sk.dp, sk.tp, sk.pp) == (2, 8, 8), sk.notes
+    assert [set(s) for s in sk.pp_stages] == [set(s) for s in tr.pp_stages]
+    assert not tr.pairs - sk.pairs
+
+
+def test_coverage_tells_iterations_from_one_stages_reductions():
+    """Four endpoints in two stages: windows around each stage's cluster
+    hold half of them, windows around whole iterations all of them."""
+    from controller.timing import _coverage
+
+    on = np.zeros((4, 40), dtype=bool)
+    for start in (0, 20):
+        on[:2, start + 2] = True  # stage 1 reduces first
+        on[2:, start + 6] = True  # then stage 0
+    assert _coverage(on, np.array([0, 4, 10, 24, 30])) == 0.5  # a window per stage cluster
+    assert _coverage(on, np.array([0, 10, 30, 40])) == 1.0  # a window per iteration
+
+
 def test_align_clocks_reads_each_row_at_its_own_shifted_instants():
     """The slice-per-shift fast path against np.interp of every row at
     k + ahead / dt (edges held), shifts of either sign, whole and fractional,
