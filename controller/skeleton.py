@@ -623,7 +623,13 @@ def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarra
     strength = np.where(agree, np.maximum(strength, 0.0), 0.0)
     holder = _holders(cols)
     both = strength[:, None] + strength[holder][None, :]
-    tolerance = np.maximum(2 * AMBIGUITY * noise, 2 * miss_z(n - 1) * noise - both)
+    # A move's four scores carry independent noise (two units) only with
+    # three replicas or more: two replicas' paces are each other's negative
+    # (each is relative to their stage), so the four are one number and its
+    # noise counts four times (dp2 pp8, six 30 s iterations: a chance
+    # correlation of 0.79 against weak transfers dropped a boundary).
+    units = 2.0 if n > 2 else 4.0
+    tolerance = np.maximum(2 * AMBIGUITY * noise, units * miss_z(n - 1) * noise - both)
     near = _near_assignments(c, cols, tolerance)
     if any(len(x) > 1 for x in near):
         near = [np.intersect1d(a, b) for a, b in zip(near, t_near, strict=True)]

@@ -850,6 +850,26 @@ def test_transfers_tied_between_two_columns_do_not_confirm_a_pace():
     assert near[1].tolist() == [1]
 
 
+def test_two_replicas_pace_against_the_transfers_keeps_both_partners():
+    """Two replicas at a stage boundary, six 30 s iterations (dp2 tp8 pp8,
+    0.5 s; the scores as measured). Two replicas' paces are each other's
+    negative, so the four pace scores are one correlation, 0.79 here by
+    chance over six iterations; the transfers lean the other way (the true
+    one). A 0.79 correlation of six values is no proof: both partners stay."""
+    from controller.skeleton import _pace_near
+
+    c = np.array([[-0.788, 0.788], [0.788, -0.788]])
+    t = np.array([[0.068, -0.068], [-0.068, 0.068]])
+    near = _pace_near(c, np.array([1, 0]), t, np.array([0, 1]), np.array([0.458, 0.458]),
+                      1.0 / np.sqrt(6))
+    assert [x.tolist() for x in near] == [[0, 1], [0, 1]]
+    # The same correlation over 60 iterations, the transfers agreeing: one partner each.
+    t_agree = -t
+    near = _pace_near(c, np.array([1, 0]), t_agree, np.array([1, 0]), np.array([0.7, 0.7]),
+                      1.0 / np.sqrt(60))
+    assert [x.tolist() for x in near] == [[1], [0]]
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_few_long_iterations_are_iterations_not_stage_clusters(seed):
     """30 s iterations in three minutes of counters (six of them), eight
