@@ -59,6 +59,7 @@ AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
 POOLED_SPREAD_ROWS = 8  # rows up to which transfer scores' spread is pooled over all rows
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
+MIN_SAMPLES_PER_ITERATION = 4  # fewer: a single stage is no surer than WIDENED_CONFIDENCE
 ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
 MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: no pace
 MIN_TRANSFER_GAP_SAMPLES = 0.5  # ...closer than this: no transfers either, partners unknowable
@@ -929,6 +930,13 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         # (a job without data parallelism has no collective to align on).
         notes.append(f"stage(s) {scattered}: endpoints reduce further apart than clocks and "
                      "sampling allow, so they are no single collective: structure in doubt")
+        confidence = min(confidence, WIDENED_CONFIDENCE)
+    if pp == 1 and it.period < MIN_SAMPLES_PER_ITERATION * r.dt:
+        # Stages reduce one microbatch's backward apart, a small part of the
+        # iteration: with a handful of samples per iteration no split could
+        # show, so seeing none is no evidence of a single stage.
+        notes.append(f"one stage seen at {it.period / r.dt:.1f} samples an iteration, where "
+                     "stages could not show")
         confidence = min(confidence, WIDENED_CONFIDENCE)
     if widened:
         # Partners unknown somewhere: the list is knowingly wider than the

@@ -885,6 +885,20 @@ def test_few_long_iterations_are_iterations_not_stage_clusters(seed):
     assert not tr.pairs - sk.pairs
 
 
+@pytest.mark.parametrize("shape", [JobShape("j", dp=8, tp=8, pp=2, period_s=3.0),
+                                   JobShape("j", dp=4, tp=8, pp=4, period_s=2.0)],
+                         ids=["pp2-3s", "pp4-2s"])
+def test_no_split_seen_at_a_few_samples_an_iteration_is_not_vouched_for(shape):
+    """2-3 s iterations sampled every second: the stages' reductions, a
+    backward apart, share samples, and one level is all there is to see.
+    Whatever is answered, a single stage must not be vouched for."""
+    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=1.0), seed=1)
+    sk = got["j"]
+    assert not truth["j"].pairs - sk.pairs
+    if sk.pp != shape.pp:
+        assert sk.confidence <= WIDENED_CONFIDENCE, (sk.pp, sk.confidence, sk.notes)
+
+
 def test_coverage_tells_iterations_from_one_stages_reductions():
     """Four endpoints in two stages: windows around each stage's cluster
     hold half of them, windows around whole iterations all of them."""
