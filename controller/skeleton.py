@@ -58,6 +58,9 @@ TRANSFER_MARGIN = 0.2  # partners' transfer correlation must beat the rest by th
 AMBIGUITY = 1.0  # a chain within this many noise levels of the best is kept too
 MISS_Z = 3.0  # a true partner is dropped only beyond this many noise levels (p ~ 0.1 %)
 POOLED_SPREAD_ROWS = 8  # rows up to which transfer scores' spread is pooled over all rows
+# Replicas up to which transfers that agree with a pace confirm it only where
+# they stand out (they agree with any pace one time in n by chance).
+CHANCE_AGREEMENT_ROWS = 8
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
 MIN_SAMPLES_PER_ITERATION = 4  # fewer: a single stage is no surer than WIDENED_CONFIDENCE
 ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
@@ -619,7 +622,7 @@ def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarra
     n = len(cols)
     t_near, sure = transfer_near(t, t_cols)
     agree = t_cols == cols
-    if 3 <= n <= POOLED_SPREAD_ROWS:
+    if 3 <= n <= CHANCE_AGREEMENT_ROWS:
         agree &= sure
     strength = np.where(agree, np.maximum(strength, 0.0), 0.0)
     holder = _holders(cols)
