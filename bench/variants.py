@@ -7,11 +7,12 @@ that carry no rank, host or rail), fewer traced routes (a route is only
 ever removed, never made up) and longer recordings (copies of the clean
 recording around a fault one, time-shifted) or shorter ones (the first
 seconds of a throughput recording: what the live controller holds that
-long after a job starts). A method that passes the originals but
+long after a job starts) or with more samples missing (rows dropped at
+random: a sampler that missed them). A method that passes the originals but
 not these copies leans on something the held-out set does not give it.
 
     python bench/variants.py ../shared/data/dev/skeleton OUT [--interval 1.0] [--opaque]
-        [--seconds 60 [--skip 30]]
+        [--seconds 60 [--skip 30]] [--missing 0.2]
     python bench/variants.py ../shared/data/dev/faults OUT [--routes 0.3] [--opaque]
         [--clean ../shared/data/dev/faults/dev-fa1_clean_busy --before 1 --after 2]
     python bench/accuracy.py OUT
@@ -57,6 +58,14 @@ def truncate(table: pa.Table, seconds: float, skip: float = 0.0) -> pa.Table:
     ts = table.column("ts").to_numpy()
     start = float(ts.min()) + skip
     keep = (ts >= start) & (ts < start + seconds)
+    return table.filter(pa.array(keep))
+
+
+def drop_samples(table: pa.Table, share: float, seed: int) -> pa.Table:
+    """The same rows less a random `share` of them (counters are cumulative,
+    so the rows kept read exactly what a sampler that missed the others
+    would have read)."""
+    keep = np.random.default_rng(seed).random(table.num_rows) >= share
     return table.filter(pa.array(keep))
 
 
@@ -142,7 +151,7 @@ def surround(table: pa.Table, truth: dict[str, Any], clean: Path, before: int, a
 
 def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int,
          routes: float = 1.0, clean: Path | None = None, before: int = 0, after: int = 0,
-         seconds: float | None = None, skip: float = 0.0) -> str:
+         seconds: float | None = None, skip: float = 0.0, missing: float = 0.0) -> str:
     topology = json.loads((rec / "topology.json").read_text())
     truth = json.loads((rec / "truth.json").read_text())
     data = "throughput.parquet" if (rec / "throughput.parquet").exists() else "probes.parquet"
@@ -151,6 +160,8 @@ def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int
         table = truncate(table, seconds, skip)
     if interval_s and data == "throughput.parquet":
         table = decimate(table, interval_s)
+    if missing and data == "throughput.parquet":
+        table = drop_samples(table, missing, seed)
     if clean is not None and data == "probes.parquet" and (before or after):
         table, truth = surround(table, truth, clean, before, after)
     if routes < 1.0 and data == "probes.parquet":
@@ -186,14 +197,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep this many seconds of each throughput recording")
     ap.add_argument("--skip", type=float, default=0.0,
                     help="... starting this long after its first sample")
+    ap.add_argument("--missing", type=float, default=0.0,
+                    help="share of throughput rows to drop at random")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     recs = ([args.src] if (args.src / "truth.json").exists()
             else sorted(p for p in args.src.iterdir() if (p / "truth.json").exists()))
     made = [make(r, args.out, args.interval, args.opaque, args.seed, args.routes, args.clean,
-                 args.before, args.after, args.seconds, args.skip) for r in recs]
+                 args.before, args.after, args.seconds, args.skip, args.missing)
+            for r in recs]
     print(json.dumps({"made": made, "interval_s": args.interval, "opaque": args.opaque,
-                      "routes": args.routes, "seconds": args.seconds, "skip": args.skip}))
+                      "routes": args.routes, "seconds": args.seconds, "skip": args.skip,
+                      "missing": args.missing}))
     return 0
 
 

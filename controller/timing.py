@@ -13,8 +13,9 @@ the recording is cut at each sync point rather than folded at one period.
 - `find_iterations`: the job's reductions (each endpoint's line-rate bursts
   of symmetric traffic, min(tx, rx): one-way bursts and checkpoint writes
   cancel; an MoE job's all-to-alls stay below), grouped into one cluster
-  per iteration by the gaps between them; the sync points are the
-  clusters' ends; the period is their median spacing.
+  per iteration by the gaps between them (a grouping whose windows do not
+  hold most endpoints' reductions is one stage's, not iterations); the sync
+  points are the clusters' ends; the period is their median spacing.
 - `collective_offsets`: each endpoint's reduction time within each
   iteration, relative to the job's mean: stages show as levels.
 - `host_clocks` / `align_clocks`: each host's clock error, read from its
