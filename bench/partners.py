@@ -39,14 +39,13 @@ from controller.skeleton import (  # noqa: E402
     _group_residual,
     one_way_outliers,
     transfer_scores,
+    transfer_series,
 )
 from controller.timing import (  # noqa: E402
-    align_clocks,
     collective_mask,
     collective_offsets,
     find_iterations,
-    high_passed,
-    host_clocks,
+    on_one_clock,
     reduction_bursts,
     symmetric,
 )
@@ -65,12 +64,9 @@ def margins(scores: np.ndarray, true: np.ndarray, samples: int) -> list[float]:
 
 def _transfer_series(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray, dt: float
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """High-passed tx and rx outside collectives (`mask`), each endpoint's
-    largest one-way samples left out: what infer() scores transfers on."""
-    htx, hrx = high_passed(tx, mask, dt), high_passed(rx, mask, dt)
-    lone = one_way_outliers(tx, rx, mask)
-    htx[lone] = 0.0
-    hrx[lone] = 0.0
+    """What infer() scores transfers on (`transfer_series`, its one-way
+    samples left out)."""
+    htx, hrx, _ = transfer_series(tx, rx, mask, one_way_outliers(tx, rx, mask), dt)
     return htx, hrx
 
 
@@ -101,9 +97,8 @@ def boundaries(d: Path) -> list[dict[str, Any]]:
         burst = reduction_bursts(symmetric(tx, rx))
         it = find_iterations(burst, r.dt)
         if it is not None:  # as infer() does: every host's rates on one clock
-            ahead = host_clocks(collective_offsets(burst, it, r.dt), groups, host,
-                                CLOCK_SPREAD_S)
-            tx, rx = align_clocks(tx, ahead, r.dt), align_clocks(rx, ahead, r.dt)
+            tx, rx = on_one_clock(tx, rx, collective_offsets(burst, it, r.dt), groups, host,
+                                  r.dt, CLOCK_SPREAD_S)
         mask = collective_mask(symmetric(tx, rx), groups)
         stats = {
             "transfers": _transfer_series(tx, rx, mask, r.dt),

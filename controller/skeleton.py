@@ -34,12 +34,11 @@ from controller.pinglist import id_hash, owner_bits
 from controller.timing import (
     Iterations,
     activity_wobble,
-    align_clocks,
     collective_mask,
     collective_offsets,
     find_iterations,
     high_passed,
-    host_clocks,
+    on_one_clock,
     reduction_bursts,
     symmetric,
 )
@@ -809,6 +808,22 @@ def replica_pace(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray, it: Iteration
     return activity_wobble(np.where(lone, 0.0, tx + rx), mask, it, dt, stage_sets), lone
 
 
+def transfer_series(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray, lone: np.ndarray,
+                    dt: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sent, received, their sum): traffic outside collectives (`mask`),
+    high-passed. The sum, for the tensor split, keeps every sample; sent and
+    received, the transfer evidence, leave out each endpoint's largest
+    one-way samples (`lone`, `one_way_outliers`): random one-way bursts and
+    checkpoint writes (hundreds of MB, one direction, partner of nobody)
+    outweigh every activation in a correlation. High-passing is linear in
+    the bytes, so the sum is the high-passed sum."""
+    htx, hrx = high_passed(tx, mask, dt), high_passed(rx, mask, dt)
+    fine = htx + hrx
+    htx[lone] = 0.0
+    hrx[lone] = 0.0
+    return htx, hrx, fine
+
+
 def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
     """Each row minus its group's mean row, scaled to unit norm: what the
     group's members share (the iteration's common rhythm) removed."""
@@ -872,22 +887,12 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         chunks.append(np.stack([g[ia], g[ib]], axis=1))
     # Everything after the stages compares endpoints sample by sample:
     # on one clock, a send and its receive share a sample.
-    ahead = host_clocks(offset, groups, host_of, CLOCK_SPREAD_S)
-    tx, rx = align_clocks(tx, ahead, r.dt), align_clocks(rx, ahead, r.dt)
+    tx, rx = on_one_clock(tx, rx, offset, groups, host_of, r.dt, CLOCK_SPREAD_S)
     sym = symmetric(tx, rx)
     mask = collective_mask(sym, groups)
     stage_sets = [np.flatnonzero(stage == s) for s in range(pp)]
     wobble, lone = replica_pace(tx, rx, mask, it, r.dt, stage_sets)
-    # High-passed traffic is linear in the bytes: sent and received apiece,
-    # their sum for the tensor split.
-    htx, hrx = high_passed(tx, mask, r.dt), high_passed(rx, mask, r.dt)
-    # Transfer evidence without each endpoint's largest one-way samples:
-    # random one-way bursts and checkpoint writes (hundreds of MB, one
-    # direction, partner of nobody) outweigh every activation in a
-    # correlation.
-    fine = htx + hrx
-    htx[lone] = 0.0
-    hrx[lone] = 0.0
+    htx, hrx, fine = transfer_series(tx, rx, mask, lone, r.dt)
     del lone
     # Replica units: a container's endpoints within one stage, split where
     # they serve several replicas.

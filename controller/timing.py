@@ -251,6 +251,15 @@ def host_clocks(offset: np.ndarray, groups: list[np.ndarray], host_of: np.ndarra
     return np.asarray(np.clip(out, -limit, limit))
 
 
+def on_one_clock(tx: np.ndarray, rx: np.ndarray, offset: np.ndarray, groups: list[np.ndarray],
+                 host_of: np.ndarray, dt: float, limit: float) -> tuple[np.ndarray, np.ndarray]:
+    """Both rate arrays moved onto the common clock (`host_clocks` read from
+    the reduction offsets, then `align_clocks`): what every sample-by-sample
+    comparison of endpoints needs first."""
+    ahead = host_clocks(offset, groups, host_of, limit)
+    return align_clocks(tx, ahead, dt), align_clocks(rx, ahead, dt)
+
+
 def grouped_median(values: np.ndarray, label: np.ndarray) -> np.ndarray:
     """Median of `values` per label 0..label.max() (NaN where a label has
     none), by one sort instead of a boolean pass per label."""
