@@ -641,17 +641,45 @@ def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarra
     # follows a rhythm several replicas share (an expert group's all-to-alls
     # hold its replicas in lockstep; which side of a sample boundary each
     # host's clock puts them then splits rows into blocks correlating +-0.8
-    # with whole blocks of columns). The transfers alone decide such a row.
+    # with whole blocks of columns). The transfers alone decide such a row,
+    # among the columns of its block where the block is square: several
+    # expert groups each in lockstep are told apart by their paces, and
+    # one group's k replicas hold k rows and k columns (bench/sweep.py
+    # --set moe, two groups of four: precision 0.53 -> 0.73). A split by
+    # hosts' clocks need not be square (3 rows against 2 columns dropped
+    # pairs when every block was trusted: recall 0.97).
     # With two replicas a tie is only a weak pace, which the tolerance above
     # already widens for.
     if n >= 3:
         mine = c[np.arange(n), cols]
         vague = (c >= (mine - noise)[:, None]).sum(axis=1) > 1
-        near = [np.union1d(t_near[i], [cols[i]]) if vague[i] else x
-                for i, x in enumerate(near)]
+        if vague.any():
+            block = _square_blocks(c >= (mine - np.sqrt(2.0) * miss_z(n - 1) * noise)[:, None])
+            near = [np.union1d(np.intersect1d(t_near[i], block[i]), [cols[i]])
+                    if vague[i] else x for i, x in enumerate(near)]
     preferred = _preferred_swaps(t, cols, 2 * TRANSFER_MARGIN)
     return [np.union1d(np.union1d(x, p), [cols[i], t_cols[i]] if sure[i] else [cols[i]])
             for i, (x, p) in enumerate(zip(near, preferred, strict=True))]
+
+
+def _square_blocks(close: np.ndarray) -> list[np.ndarray]:
+    """For each row, the columns of its block: rows joined through the
+    columns they are close to, and those columns. Partners are one-to-one,
+    so a block of k replicas sharing a pace (an expert group in lockstep)
+    holds k rows and k columns; a block that does not is no such group (a
+    split by hosts' clocks), and its rows get every column."""
+    linked = (close.astype(np.float32) @ close.T.astype(np.float32)) > 0
+    while True:
+        wider = (linked.astype(np.float32) @ linked.astype(np.float32)) > 0
+        if (wider == linked).all():
+            break
+        linked = wider
+    everything = np.arange(close.shape[1])
+    out = []
+    for i in range(close.shape[0]):
+        cols = np.flatnonzero(close[linked[i]].any(axis=0))
+        out.append(cols if len(cols) == int(linked[i].sum()) else everything)
+    return out
 
 
 def _forced_loss(c: np.ndarray, cols: np.ndarray) -> np.ndarray:

@@ -713,6 +713,25 @@ def test_replicas_an_expert_group_holds_in_lockstep_keep_their_partners():
     assert [set(s) for s in sk.pp_stages] == [set(s) for s in tr.pp_stages]
 
 
+@pytest.mark.parametrize("interval", [0.05, 0.1])
+def test_expert_groups_in_lockstep_keep_partners_within_their_group(interval):
+    """Two expert groups of four replicas, each in lockstep: within a group
+    no pace tells partners apart, but the groups' paces differ, so a
+    replica's partner is one of its own group's (before: every cross pair
+    of the stage boundary kept, precision 0.53)."""
+    shape = JobShape("j", dp=8, tp=8, pp=2, ep=4)
+    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=interval), seed=1)
+    sk, tr = got["j"], truth["j"]
+    assert not tr.pairs - sk.pairs
+    group = {e: k for k, g in enumerate(tr.ep_groups) for e in g}
+    stage = {e: k for k, s in enumerate(tr.pp_stages) for e in s}
+    partner = {a: b for a, b in tr.pairs if stage[a] != stage[b]}
+    partner |= {b: a for a, b in partner.items()}
+    across = [(a, b) for a, b in sk.pairs - tr.pairs
+              if stage[a] != stage[b] and group[partner[a]] != group[b]]
+    assert not across, f"{len(across)} pairs join replicas of different expert groups"
+
+
 @pytest.mark.parametrize("interval", [0.1, 1.0])
 def test_heavy_all_to_alls_do_not_pass_for_the_reduction(interval):
     """An MoE stage can move many activations per microbatch in
