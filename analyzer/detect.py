@@ -26,8 +26,9 @@ from scipy import special
 from analyzer.drift import benjamini_hochberg, fit_lognormal, ks_lognormal
 from analyzer.lof import lof_novelty
 from netskel.config import AnalyzerConfig
+from netskel.model import RTT_STATS
 
-STATS = ("rtt_p25", "rtt_median", "rtt_p75", "rtt_min", "rtt_mean", "rtt_std", "rtt_max")
+STATS = RTT_STATS
 P25, MEDIAN = 0, 1
 
 RowKey = tuple[str, str, int]

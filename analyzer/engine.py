@@ -102,7 +102,6 @@ class Analyzer:
         self.cfg = cfg
         self.grace_s = grace_s
         self.paths = UnderlayPaths(topo)
-        self._pending: dict[tuple[float, float], list[WindowStats]] = defaultdict(list)
         self._pending_batches: dict[tuple[float, float], list[WindowBatch]] = defaultdict(list)
         self._seen: deque[_Seen] = deque()
         self._by_endpoint: dict[str, set[Pair]] = defaultdict(set)
@@ -172,21 +171,40 @@ class Analyzer:
                     charts: bool = True) -> list[str]:
         """Queue windows for analysis; return the reasons of those rejected.
         `trusted`: computed here from checked records (offline), so not
-        re-validated one by one; `charts`: keep them for the per-pair charts
-        (the web page and PairHistory; a one-shot analysis shows none)."""
-        rejected = []
-        for w in windows:
-            reason = None if trusted else w.problem()
-            if reason is None and w.window_end <= self.processed_until:
-                reason = "window arrived after its time was analysed"
-            if reason is None and self.departed and self._after_departure(w):
-                continue  # its peer left on purpose: not evidence of anything
-            if reason is not None:
-                rejected.append(f"{w.src}->{w.dst}: {reason}")
-                continue
-            self._pending[(w.window_start, w.window_end)].append(w)
-            if charts:
-                self.history.record((w,))
+        re-validated; `charts`: keep them for the per-pair charts (the web
+        page and PairHistory; a one-shot analysis shows none)."""
+        return self.add_live(WindowBatch.from_windows(list(windows)), trusted, charts)
+
+    def add_live(self, batch: WindowBatch, trusted: bool = False, charts: bool = True
+                 ) -> list[str]:
+        """`add_windows` for windows already in columns (as `serde` decodes
+        an agent's report): validated, charted and queued column-wise, with
+        no Python object per window."""
+        n = len(batch)
+        if not n:
+            return []
+        problems = [] if trusted else batch.problems()
+        bad = np.zeros(n, dtype=bool)
+        bad[[i for i, _ in problems]] = True
+        why = dict(problems)
+        late = ~bad & (batch.end <= self.processed_until)
+        for i in np.flatnonzero(late).tolist():
+            why[i] = "window arrived after its time was analysed"
+        keep = ~(bad | late)
+        if self.departed:
+            # A window that overlaps (or follows) one of its ends leaving:
+            # its peer left on purpose, not evidence of anything.
+            left = np.array([self.departed.get(x, math.inf) for x in batch.names])
+            span = batch.end - batch.start
+            keep &= ~((batch.end > left[batch.src] - span) | (batch.end > left[batch.dst] - span))
+        rejected = [f"{batch.names[int(batch.src[i])]}->{batch.names[int(batch.dst[i])]}: "
+                    f"{why[i]}" for i in sorted(why)]
+        if not keep.all():
+            batch = batch.take(np.flatnonzero(keep))
+        if charts:
+            self.history.record_batch(batch)
+        for start, end, part in batch.by_window():
+            self._pending_batches[(start, end)].append(part)
         return rejected
 
     def add_batch(self, batch: WindowBatch) -> list[str]:
@@ -221,12 +239,6 @@ class Analyzer:
             for e in state.endpoints:
                 self.departed.pop(e, None)
 
-    def _after_departure(self, w: WindowStats) -> bool:
-        """A window that overlaps (or follows) one of its ends leaving."""
-        span = w.window_end - w.window_start
-        return any(e in self.departed and w.window_end > self.departed[e] - span
-                   for e in (w.src, w.dst))
-
     def set_vswitch(self, dump: VSwitchDump) -> None:
         """A live table from the host's agent replaces that host's snapshot."""
         if dump.host not in self.topo.hosts:
@@ -239,15 +251,11 @@ class Analyzer:
              ) -> list[Incident]:
         """Analyse every window that is complete; return incidents that changed."""
         changed: dict[str, Incident] = {}
-        due = sorted(k for k in {*self._pending, *self._pending_batches}
-                     if k[1] + self.grace_s <= now)
+        due = sorted(k for k in self._pending_batches if k[1] + self.grace_s <= now)
         for n, key in enumerate(due):
             if progress is not None:
                 progress("analysing windows", n, len(due))
-            live = self._pending.pop(key, [])
-            parts = self._pending_batches.pop(key, [])
-            windows = WindowBatch.concat([WindowBatch.from_windows(live), *parts]
-                                         if live else parts)
+            windows = WindowBatch.concat(self._pending_batches.pop(key))
             t0 = time.perf_counter()
             for inc in self.process(key[0], key[1], windows):
                 changed[inc.id] = inc

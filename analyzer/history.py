@@ -8,6 +8,9 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
+from analyzer.batch import STAT_FIELDS, WindowBatch
 from netskel.model import WindowStats, pair_key
 
 Pair = tuple[str, str]
@@ -24,6 +27,11 @@ class Point:
     src: str  # the prober: RTTs are measured from its side
 
 
+def _key(a: int, c: int) -> int:
+    """One int64 for the pair of endpoint numbers a and c, either order."""
+    return (min(a, c) << 32) | max(a, c)
+
+
 class PairHistory:
     """Once `max_pairs` are kept, a new pair takes the place of the one heard
     from least recently only when that one has been silent for `stale_s`:
@@ -37,22 +45,80 @@ class PairHistory:
         self.points_per_pair = points_per_pair
         self.stale_s = stale_s
         self._by_pair: OrderedDict[Pair, deque[Point]] = OrderedDict()
+        # Every endpoint id seen gets a number, so that a kept pair is one
+        # int64 (smaller number << 32 | larger) and a report's rows are
+        # matched against the kept pairs by one sorted search.
+        self._number: dict[str, int] = {}
+        self._kept: np.ndarray | None = np.zeros(0, dtype=np.int64)  # sorted; None: rebuild
 
     def record(self, windows: Iterable[WindowStats]) -> None:
+        self.record_batch(WindowBatch.from_windows(list(windows)))
+
+    def _kept_keys(self) -> np.ndarray:
+        if self._kept is None:
+            num = self._number
+            self._kept = np.sort(np.array(
+                [_key(num[a], num[c]) for a, c in self._by_pair], dtype=np.int64))
+        return self._kept
+
+    def record_batch(self, b: WindowBatch) -> None:
+        """Rows of kept pairs are found by number, not by a dictionary
+        lookup per row: with half a million live pairs and room for 20,000,
+        the walk over every row cost a second a window for rows that are
+        not charted."""
+        n = len(b)
+        if not n:
+            return
         by_pair = self._by_pair
-        for w in windows:
-            key = pair_key(w.src, w.dst)
-            d = by_pair.get(key)
-            if d is None:
-                if len(by_pair) >= self.max_pairs:
+        names = b.names
+        num = self._number
+        numbers = np.array([num.setdefault(x, len(num)) for x in names], dtype=np.int64)
+        a, c = numbers[b.src], numbers[b.dst]
+        row_key = (np.minimum(a, c) << 32) | np.maximum(a, c)
+        uniq, first, inverse = np.unique(row_key, return_index=True, return_inverse=True)
+        kept = self._kept_keys()
+        at = np.minimum(np.searchsorted(kept, uniq), max(len(kept) - 1, 0))
+        charted = kept[at] == uniq if len(kept) else np.zeros(len(uniq), dtype=bool)
+
+        def pair_of(u: int) -> Pair:
+            i = int(first[u])
+            return pair_key(names[int(b.src[i])], names[int(b.dst[i])])
+
+        # Pairs heard from again move to the end (heard from most recently)
+        # before room is made, so the room is taken from silent ones.
+        for u in np.flatnonzero(charted).tolist():
+            by_pair.move_to_end(pair_of(u))
+        new = np.flatnonzero(~charted)
+        if len(new):
+            new = new[np.argsort(first[new], kind="stable")]  # in order of arrival
+            latest = float(b.start[first[new]].max())
+            room = self.max_pairs - len(by_pair)
+            admitted = []
+            for u in new.tolist():
+                if room <= 0:
+                    if not by_pair:
+                        break  # no room at all
                     oldest = by_pair[next(iter(by_pair))]
-                    if oldest and oldest[-1].start > w.window_start - self.stale_s:
-                        continue  # full of live pairs: this one is not charted
+                    heard = oldest[-1].start if oldest else latest  # empty: admitted just now
+                    if heard > latest - self.stale_s:
+                        break  # full of live pairs: the rest are not charted
+                    if heard > float(b.start[first[u]]) - self.stale_s:
+                        continue
                     by_pair.popitem(last=False)  # the pair heard from least recently
-                d = by_pair[key] = deque(maxlen=self.points_per_pair)
-            else:
-                by_pair.move_to_end(key)
-            d.append(Point(w.window_start, w.size, w.rtt_median, w.rtt_p75, w.sent, w.lost, w.src))
+                    self._kept = None
+                    room += 1
+                by_pair[pair_of(u)] = deque(maxlen=self.points_per_pair)
+                charted[u] = True
+                admitted.append(int(uniq[u]))
+                room -= 1
+            if admitted and self._kept is not None:
+                self._kept = np.sort(np.concatenate([self._kept, admitted]))
+        med = b.stats[:, STAT_FIELDS.index("rtt_median")]
+        p75 = b.stats[:, STAT_FIELDS.index("rtt_p75")]
+        for i in np.flatnonzero(charted[inverse]).tolist():
+            by_pair[pair_key(names[int(b.src[i])], names[int(b.dst[i])])].append(Point(
+                float(b.start[i]), int(b.size[i]), float(med[i]), float(p75[i]),
+                int(b.sent[i]), int(b.lost[i]), names[int(b.src[i])]))
 
     def points(self, pair: Pair, since: float = 0.0) -> list[Point]:
         """Oldest first; empty for a pair never seen (or long evicted)."""

@@ -71,8 +71,7 @@ def _follow_feed(cfg: AnalyzerConfig, engine: Analyzer, lock: threading.Lock,
                     elif ev.HasField("vswitch"):
                         engine.set_vswitch(serde.vswitch_from_pb(ev.vswitch))
                     else:
-                        rejected = engine.add_windows(serde.window_from_pb(w)
-                                                      for w in ev.windows.windows)
+                        rejected = engine.add_live(serde.window_batch_from_pb(ev.windows))
                         for r in rejected[:3]:
                             log.warning("window rejected: %s", r)
         except grpc.RpcError as e:

@@ -4,7 +4,8 @@
 
 Prints one JSON line:
 - one 30 s window of ~512 K pairs through the analyzer engine (WindowStats
-  in, incidents out, as live) and through the array core alone
+  in, incidents out), from the wire (serialized reports of 256 windows in,
+  as the live analyzer takes them) and through the array core alone
   (analyzer/detect.py), after 6 warm-up windows; goal <= 3 s per window;
 - the vectorized LOF against scikit-learn's LocalOutlierFactor, one pair at
   a time, on the same 2,000 pairs (ratio measured in this run);
@@ -25,11 +26,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from analyzer.batch import WindowBatch  # noqa: E402
 from analyzer.detect import STATS  # noqa: E402
 from analyzer.engine import Analyzer  # noqa: E402
 from analyzer.lof import lof_novelty  # noqa: E402
 from analyzer.records import ProbeRecords  # noqa: E402
 from analyzer.windows import compute_windows  # noqa: E402
+from netskel import serde  # noqa: E402
+from netskel.api.v1 import controller_pb2 as pb  # noqa: E402
 from netskel.config import AnalyzerConfig  # noqa: E402
 from netskel.model import WindowStats  # noqa: E402
 from netskel.probesim import ProbeFault, simulate_probes  # noqa: E402
@@ -37,6 +41,7 @@ from netskel.topology import parse_topology  # noqa: E402
 from testbed.layout import Layout, layout_doc  # noqa: E402
 
 W = 30.0
+REPORT = 256  # windows per agent report: 64 targets x 4 size classes
 T0 = 1_733_988_600.0
 
 
@@ -66,6 +71,25 @@ def window_throughput(n_pairs: int) -> dict[str, object]:
         times.append(time.perf_counter() - t)
         assert not rejected
     incidents = len(eng.incidents)
+    # The same windows as agents' reports carry them (REPORT windows each),
+    # through the analyzer's live path: each report parsed from its bytes,
+    # decoded into columns (serde), validated, charted and queued; then
+    # the window analysed. No WindowStats is built.
+    wire = Analyzer(topo, AnalyzerConfig())
+    wire_times = []
+    for k in range(8):
+        ws = windows(k)
+        raw = [pb.ReportEvent(windows=serde.window_batch_to_pb(WindowBatch.from_windows(
+            ws[i:i + REPORT]))).SerializeToString() for i in range(0, len(ws), REPORT)]
+        del ws
+        t = time.perf_counter()
+        for r in raw:
+            rejected = wire.add_live(serde.window_batch_from_pb(pb.ReportEvent.FromString(r).windows))
+            assert not rejected
+        wire.tick(T0 + (k + 1) * W + 5)
+        wire_times.append(time.perf_counter() - t)
+    incidents += len(wire.incidents)
+    del wire
     # The array core alone, on the same rows.
     det = eng.detector
     batch = windows(8)
@@ -78,6 +102,7 @@ def window_throughput(n_pairs: int) -> dict[str, object]:
     det.observe(rows, stats, sent, lost, T0 + 8 * W, T0 + 9 * W, groups)
     core = time.perf_counter() - t
     return {"pairs": int(n_pairs), "engine_window_s": round(float(np.median(times[6:])), 2),
+            "wire_window_s": round(float(np.median(wire_times[6:])), 2),
             "first_window_s": round(times[0], 2), "core_window_s": round(core, 2),
             "engine_pair_windows_per_s": int(n_pairs / np.median(times[6:])),
             "core_pair_windows_per_s": int(n_pairs / core), "false_incidents": incidents}

@@ -118,8 +118,8 @@ class ControllerService(pb_grpc.ControllerServicer):
     def _accept(self, report: pb.AgentReport) -> tuple[int, int]:
         kind = report.WhichOneof("body")
         if kind == "windows":
-            return self.state.accept_windows(
-                report.container, [serde.window_from_pb(w) for w in report.windows.windows])
+            return self.state.accept_windows(report.container,
+                                             serde.window_batch_from_pb(report.windows))
         if kind == "vswitch":
             return self.state.accept_vswitch(report.container,
                                              serde.vswitch_from_pb(report.vswitch))
@@ -173,8 +173,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                 elif isinstance(event, VSwitchDump):
                     yield pb.ReportEvent(vswitch=serde.vswitch_to_pb(event))
                 else:
-                    yield pb.ReportEvent(windows=pb.WindowBatch(
-                        windows=[serde.window_to_pb(w) for w in event]))
+                    yield pb.ReportEvent(windows=serde.window_batch_to_pb(event))
         finally:
             box.close()
             await blocking(self.state.unsubscribe_feed, box)

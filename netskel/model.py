@@ -23,6 +23,8 @@ class RouteStats:
     rtt_median: float = math.nan
 
 
+# A window's RTT statistics in the order the detector's columns keep them.
+RTT_STATS = ("rtt_p25", "rtt_median", "rtt_p75", "rtt_min", "rtt_mean", "rtt_std", "rtt_max")
 TAIL_SHIFT_US = 20.0  # a probe this much above its window's own p25 is in the slow tail
 
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import grpc
 
+from analyzer.batch import WindowBatch
 from controller.pinglist import Target
 from controller.registration import RegEndpoint, Registration
 from netskel import serde
@@ -170,8 +171,9 @@ class Agent:
         while not self.stop_event.wait(1.0):
             done = self._close_windows()
             if done:
-                self._enqueue(pb.AgentReport(container=self.cfg.container, windows=pb.WindowBatch(
-                    windows=[serde.window_to_pb(w) for w in done])))
+                self._enqueue(pb.AgentReport(container=self.cfg.container,
+                                             windows=serde.window_batch_to_pb(
+                                                 WindowBatch.from_windows(done))))
 
     def _counter_loop(self) -> None:
         ifaces = {e.id: e.ifname for e in self.endpoints if e.ifname}

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from analyzer.batch import WindowBatch
 from netskel import serde
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
@@ -176,8 +177,8 @@ async def _agent(stub: Any, a: SimAgent, go_ready: asyncio.Event,
                                       5.0, 6.0, 7.0, 8.0, 7.0, 1.0, 20.0)
                           for src, dst in sorted(a.targets)]
                     a.sent += len(ws)
-                    yield pb.AgentReport(container=cid, windows=pb.WindowBatch(
-                        windows=[serde.window_to_pb(w) for w in ws]))
+                    yield pb.AgentReport(container=cid, windows=serde.window_batch_to_pb(
+                        WindowBatch.from_windows(ws)))
 
             a.phase = "report"
             ack = await stub.Report(batches(), timeout=300)

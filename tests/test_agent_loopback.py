@@ -40,8 +40,8 @@ class Feed:
         try:
             for ev in self.stream:
                 if ev.HasField("windows"):
-                    for w in ev.windows.windows:
-                        self.windows.put(serde.window_from_pb(w))
+                    for w in serde.window_batch_from_pb(ev.windows).windows():
+                        self.windows.put(w)
         except grpc.RpcError:
             pass
 

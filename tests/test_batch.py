@@ -12,14 +12,20 @@ from collections import defaultdict
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from analyzer.batch import WindowBatch
+from analyzer.batch import STAT_FIELDS, WindowBatch
 from analyzer.engine import Analyzer
 from analyzer.records import read_probe_records
 from analyzer.windows import window_batch
+from netskel.api.v1 import common_pb2 as cpb
+from netskel.api.v1 import controller_pb2 as pb
 from netskel.config import AnalyzerConfig
+from netskel.errors import InputError
 from netskel.model import RouteStats, WindowStats, pair_key
 from netskel.probesim import ProbeFault, ProbeNoise, simulate_probes, with_overlay
+from netskel.serde import window_batch_from_pb, window_batch_to_pb, window_from_pb
 from netskel.topology import parse_topology
 from testbed.layout import Layout, layout_doc
 
@@ -128,3 +134,104 @@ def test_live_and_offline_windows_give_the_same_incidents(recording):
                                                  routes=(RouteStats("s", 10, 0, 1.0),))])
     assert b.add_batch(late) == [f"1 windows of [{T0}, {T0 + 30}): "
                                  "window arrived after its time was analysed"]
+
+
+_NAMES = st.sampled_from(["", "a/rnic0", "b/rnic0", "c/rnic1"])
+_RTT = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(0.0, 300.0))
+
+
+@st.composite
+def _garbage_window(draw: st.DrawFn) -> WindowStats:
+    """Windows as a broken or hostile agent could send them."""
+    start = draw(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                           st.sampled_from([T0, T0 + 30.0])))
+    return WindowStats(draw(_NAMES), draw(_NAMES), start,
+                       draw(st.one_of(st.just(start + 30.0), st.floats(allow_nan=True))),
+                       64, draw(st.integers(-2, 6)), draw(st.integers(-2, 7)),
+                       *(draw(_RTT) for _ in range(7)), slow=draw(st.integers(-1, 7)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_garbage_window(), max_size=30))
+def test_column_validation_agrees_with_each_windows_own(ws):
+    """The live path validates windows in one numpy pass; the reference is
+    WindowStats.problem, one window at a time: the same windows rejected,
+    for the same reason."""
+    want = [(i, w.problem()) for i, w in enumerate(ws) if w.problem() is not None]
+    assert WindowBatch.from_windows(ws).problems() == want
+
+
+@st.composite
+def _wire_window(draw: st.DrawFn) -> cpb.WindowStats:
+    sent = draw(st.integers(0, 6))
+    m = cpb.WindowStats(src=draw(_NAMES), dst=draw(_NAMES), window_start=T0,
+                        window_end=T0 + 30.0, size=draw(st.sampled_from([64, 4096])),
+                        sent=sent, lost=draw(st.integers(0, 8)), slow=draw(st.integers(0, 8)),
+                        proto=draw(st.sampled_from(["", "udp", "rdma"])),
+                        route=draw(st.sampled_from(["", "t0>s1>t1"])),
+                        **{f: draw(_RTT) for f in STAT_FIELDS})
+    for _ in range(draw(st.integers(0, 3))):
+        m.routes.add(route=draw(st.sampled_from(["", "t0>s0>t1", "t0>s1>t1"])),
+                     sent=draw(st.integers(0, 4)), lost=draw(st.integers(0, 5)),
+                     rtt_median=draw(_RTT))
+    return m
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_wire_window(), max_size=20))
+def test_windows_sent_as_columns_arrive_as_the_messages_would(ms):
+    """An agent sends its windows as columns; the reference decodes each
+    window's own message (window_from_pb). Both forms in one report are
+    read alike, and the columns of a batch survive the wire unchanged."""
+    want = WindowBatch.from_windows([window_from_pb(m) for m in ms])
+    columns = window_batch_to_pb(want)
+    got = window_batch_from_pb(pb.WindowBatch.FromString(columns.SerializeToString()))
+    raw = window_batch_from_pb(pb.WindowBatch(windows=ms))
+    assert len(got) == len(raw) == len(want)
+    for i in range(len(ms)):
+        assert _same(got.window(i), want.window(i)) and _same(raw.window(i), want.window(i))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_wire_window(), max_size=6), st.data())
+def test_columns_that_do_not_fit_together_are_one_clear_error(ms, data):
+    """A column cut short or an index past its table (a broken or hostile
+    agent) is an InputError naming the column, never a crash or windows
+    read from the wrong rows."""
+    c = window_batch_to_pb(WindowBatch.from_windows([window_from_pb(m) for m in ms])).columns
+    field = data.draw(st.sampled_from([f.name for f in c.DESCRIPTOR.fields]))  # all repeated
+    values = getattr(c, field)
+    if values and data.draw(st.booleans()):
+        del values[-1]
+    else:
+        values.append(data.draw(st.integers(0, 9)) if field not in (
+            "names", "protos", "route_names") else "x")
+    try:
+        got = window_batch_from_pb(pb.WindowBatch(columns=c))
+    except InputError as e:
+        assert "window columns" in str(e)
+    else:
+        # Only a name appended to a table fits: the windows are unchanged.
+        assert field in ("names", "protos", "route_names") and len(got) == len(ms)
+
+
+def test_live_windows_in_columns_are_rejected_charted_and_queued_as_objects_were():
+    """The analyzer's live path (columns from the wire) rejects the bad
+    windows with their reasons, charts and analyses the rest."""
+    topo = parse_topology(layout_doc(LAY))
+    a, b, c = (LAY.endpoint(h, 0) for h in range(3))
+    ok = [WindowStats(a, b, T0, T0 + 30, 64, 30, 0, 10, 11, 12, 13, 12, 1, 20),
+          WindowStats(a, c, T0, T0 + 30, 64, 30, 30)]
+    bad = [WindowStats(a, a, T0, T0 + 30, 64, 30, 0, 10, 11, 12, 13, 12, 1, 20),
+           WindowStats(b, c, T0, T0 + 30, 64, 3, 5)]
+    engine = Analyzer(topo, AnalyzerConfig())
+    rejected = engine.add_live(WindowBatch.from_windows(ok[:1] + bad + ok[1:]))
+    assert rejected == [f"{a}->{a}: src equals dst",
+                        f"{b}->{c}: impossible counts sent=3 lost=5"]
+    assert [p.median_us for p in engine.history.points((a, b))] == [12]
+    assert math.isnan(engine.history.points((a, c))[0].median_us)
+    assert engine.add_live(WindowBatch.from_windows(ok)) == []  # not yet analysed: accepted
+    engine.tick(T0 + 60)
+    assert engine.add_live(WindowBatch.from_windows(ok)) == [
+        f"{a}->{b}: window arrived after its time was analysed",
+        f"{a}->{c}: window arrived after its time was analysed"]

@@ -13,6 +13,7 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from netskel import serde
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from testbed import simagents
@@ -47,7 +48,7 @@ def test_two_thousand_agents_one_controller(tmp_path):
                 nonlocal windows
                 async for ev in feed:
                     if ev.HasField("windows"):
-                        windows += len(ev.windows.windows)
+                        windows += len(serde.window_batch_from_pb(ev.windows))
 
             async def health() -> None:
                 nonlocal health_failed

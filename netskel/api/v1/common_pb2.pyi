@@ -308,3 +308,124 @@ class RouteStats(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RouteStats: _TypeAlias = RouteStats  # noqa: Y015
+
+@_typing.final
+class WindowColumns(_message.Message):
+    """Windows as columns: what WindowStats carries, one packed array per field
+    (window i is entry i of each; `rtt` holds 7 values per window), with
+    endpoint ids, protocols and routes as indexes into their tables. The
+    analyzer takes half a million windows every 30 s; one message per window
+    cost more to decode than the analysis itself.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMES_FIELD_NUMBER: _builtins.int
+    SRC_FIELD_NUMBER: _builtins.int
+    DST_FIELD_NUMBER: _builtins.int
+    WINDOW_START_FIELD_NUMBER: _builtins.int
+    WINDOW_END_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    SENT_FIELD_NUMBER: _builtins.int
+    LOST_FIELD_NUMBER: _builtins.int
+    RTT_FIELD_NUMBER: _builtins.int
+    SLOW_FIELD_NUMBER: _builtins.int
+    PROTOS_FIELD_NUMBER: _builtins.int
+    PROTO_FIELD_NUMBER: _builtins.int
+    ROUTE_NAMES_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
+    ROUTE_COUNT_FIELD_NUMBER: _builtins.int
+    ROUTE_CODE_FIELD_NUMBER: _builtins.int
+    ROUTE_SENT_FIELD_NUMBER: _builtins.int
+    ROUTE_LOST_FIELD_NUMBER: _builtins.int
+    ROUTE_MEDIAN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """endpoint ids"""
+
+    @_builtins.property
+    def src(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """index into names"""
+
+    @_builtins.property
+    def dst(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def window_start(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def window_end(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def size(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def sent(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def lost(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def rtt(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """rtt_p25, rtt_median, rtt_p75, rtt_min, rtt_mean, rtt_std, rtt_max of each
+        window in turn (microseconds; NaN when every probe was lost).
+        """
+
+    @_builtins.property
+    def slow(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def protos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"udp", "rdma" """
+
+    @_builtins.property
+    def proto(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """index into protos"""
+
+    @_builtins.property
+    def route_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """traced routes (contract section 3)"""
+
+    @_builtins.property
+    def route(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """the window's route: index into route_names, -1 none"""
+
+    @_builtins.property
+    def route_count(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Window i's probes by traced route are entries route_count[0] + ... +
+        route_count[i - 1] onwards, route_count[i] of them.
+        """
+
+    @_builtins.property
+    def route_code(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """index into route_names"""
+
+    @_builtins.property
+    def route_sent(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def route_lost(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def route_median(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        names: _abc.Iterable[_builtins.str] | None = ...,
+        src: _abc.Iterable[_builtins.int] | None = ...,
+        dst: _abc.Iterable[_builtins.int] | None = ...,
+        window_start: _abc.Iterable[_builtins.float] | None = ...,
+        window_end: _abc.Iterable[_builtins.float] | None = ...,
+        size: _abc.Iterable[_builtins.int] | None = ...,
+        sent: _abc.Iterable[_builtins.int] | None = ...,
+        lost: _abc.Iterable[_builtins.int] | None = ...,
+        rtt: _abc.Iterable[_builtins.float] | None = ...,
+        slow: _abc.Iterable[_builtins.int] | None = ...,
+        protos: _abc.Iterable[_builtins.str] | None = ...,
+        proto: _abc.Iterable[_builtins.int] | None = ...,
+        route_names: _abc.Iterable[_builtins.str] | None = ...,
+        route: _abc.Iterable[_builtins.int] | None = ...,
+        route_count: _abc.Iterable[_builtins.int] | None = ...,
+        route_code: _abc.Iterable[_builtins.int] | None = ...,
+        route_sent: _abc.Iterable[_builtins.int] | None = ...,
+        route_lost: _abc.Iterable[_builtins.int] | None = ...,
+        route_median: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "lost", b"lost", "names", b"names", "proto", b"proto", "protos", b"protos", "route", b"route", "route_code", b"route_code", "route_count", b"route_count", "route_lost", b"route_lost", "route_median", b"route_median", "route_names", b"route_names", "route_sent", b"route_sent", "rtt", b"rtt", "sent", b"sent", "size", b"size", "slow", b"slow", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WindowColumns: _TypeAlias = WindowColumns  # noqa: Y015

@@ -490,16 +490,22 @@ class WindowBatch(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WINDOWS_FIELD_NUMBER: _builtins.int
+    COLUMNS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def windows(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.WindowStats]: ...
+    @_builtins.property
+    def columns(self) -> _common_pb2.WindowColumns:
+        """The same as columns (agents send these; `windows` is still read)."""
+
     def __init__(
         self,
         *,
         windows: _abc.Iterable[_common_pb2.WindowStats] | None = ...,
+        columns: _common_pb2.WindowColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["windows", b"windows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
