@@ -71,7 +71,10 @@ def _follow_feed(cfg: AnalyzerConfig, engine: Analyzer, lock: threading.Lock,
                     elif ev.HasField("vswitch"):
                         engine.set_vswitch(serde.vswitch_from_pb(ev.vswitch))
                     else:
-                        rejected = engine.add_live(serde.window_batch_from_pb(ev.windows))
+                        try:
+                            rejected = engine.add_live(serde.window_batch_from_pb(ev.windows))
+                        except InputError as e:
+                            rejected = [f"a report: {e}"]
                         for r in rejected[:3]:
                             log.warning("window rejected: %s", r)
         except grpc.RpcError as e:

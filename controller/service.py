@@ -118,8 +118,13 @@ class ControllerService(pb_grpc.ControllerServicer):
     def _accept(self, report: pb.AgentReport) -> tuple[int, int]:
         kind = report.WhichOneof("body")
         if kind == "windows":
-            return self.state.accept_windows(report.container,
-                                             serde.window_batch_from_pb(report.windows))
+            try:
+                windows = serde.window_batch_from_pb(report.windows)
+            except InputError as e:  # columns that do not fit: the report, not the stream
+                log.warning("report from %s rejected: %s", report.container, e)
+                metrics.REPORTS_REJECTED.labels(kind="window").inc()
+                return 0, 1
+            return self.state.accept_windows(report.container, windows)
         if kind == "vswitch":
             return self.state.accept_vswitch(report.container,
                                              serde.vswitch_from_pb(report.vswitch))

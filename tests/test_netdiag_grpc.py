@@ -12,6 +12,7 @@ import time
 import grpc
 import pytest
 
+from analyzer.batch import WindowBatch
 from analyzer.server import start_analyzer
 from controller.server import start_controller
 from netskel import serde
@@ -167,12 +168,15 @@ def test_bad_reports_are_rejected_not_fatal(stack, topo_doc):
            WindowStats(src, dst, t, t + 10, 64, 5, 0, -3, 1, 1, 1, 1, 1, 1),
            WindowStats(topo_doc["containers"][1]["endpoints"][1]["id"], dst, t, t + 10, 64, 5, 0,
                        1, 1, 1, 1, 1, 0, 1)]
+    cut = serde.window_batch_to_pb(WindowBatch.from_windows(bad))
+    del cut.columns.src[-1]  # columns that do not fit together: one report rejected
     ack = ctl.Report(iter([pb.AgentReport(container=c0["id"], windows=pb.WindowBatch(
         windows=[serde.window_to_pb(w) for w in bad])),
+        pb.AgentReport(container=c0["id"], windows=cut),
         pb.AgentReport(container=c0["id"], counters=pb.CounterBatch(samples=[
             pb.CounterSample(endpoint=src, ts=t, tx_bytes=-5, rx_bytes=1),
             pb.CounterSample(endpoint=src, ts=t, tx_bytes=5, rx_bytes=1)]))]))
-    assert (ack.accepted, ack.rejected) == (1, 5)
+    assert (ack.accepted, ack.rejected) == (1, 6)
     with pytest.raises(grpc.RpcError) as e:
         ctl.Report(iter([pb.AgentReport(container="stranger", windows=pb.WindowBatch())]))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
