@@ -167,23 +167,19 @@ class Analyzer:
         self.processed_until = 0.0
 
     # -- input ----------------------------------------------------------------
-    def add_windows(self, windows: Iterable[WindowStats], trusted: bool = False,
-                    charts: bool = True) -> list[str]:
-        """Queue windows for analysis; return the reasons of those rejected.
-        `trusted`: computed here from checked records (offline), so not
-        re-validated; `charts`: keep them for the per-pair charts (the web
-        page and PairHistory; a one-shot analysis shows none)."""
-        return self.add_live(WindowBatch.from_windows(list(windows)), trusted, charts)
+    def add_windows(self, windows: Iterable[WindowStats]) -> list[str]:
+        """Queue windows for analysis; return the reasons of those rejected."""
+        return self.add_live(WindowBatch.from_windows(list(windows)))
 
-    def add_live(self, batch: WindowBatch, trusted: bool = False, charts: bool = True
-                 ) -> list[str]:
-        """`add_windows` for windows already in columns (as `serde` decodes
-        an agent's report): validated, charted and queued column-wise, with
-        no Python object per window."""
+    def add_live(self, batch: WindowBatch) -> list[str]:
+        """Live windows in columns (as `serde` decodes an agent's report):
+        validated, charted (the web page, PairHistory) and queued
+        column-wise, with no Python object per window. Returns the reasons
+        of those rejected."""
         n = len(batch)
         if not n:
             return []
-        problems = [] if trusted else batch.problems()
+        problems = batch.problems()
         bad = np.zeros(n, dtype=bool)
         bad[[i for i, _ in problems]] = True
         why = dict(problems)
@@ -201,8 +197,7 @@ class Analyzer:
                     f"{why[i]}" for i in sorted(why)]
         if not keep.all():
             batch = batch.take(np.flatnonzero(keep))
-        if charts:
-            self.history.record_batch(batch)
+        self.history.record_batch(batch)
         for start, end, part in batch.by_window():
             self._pending_batches[(start, end)].append(part)
         return rejected
