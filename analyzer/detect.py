@@ -18,6 +18,7 @@ baseline it is judged against."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -232,6 +233,10 @@ class Detector:
         self.cfg = cfg
         self.keys: list[RowKey] = []
         self.index: dict[RowKey, int] = {}
+        self._number: dict[str, int] = {}  # endpoint -> number, for packed row keys
+        self._packed = True  # False once a key did not fit: the dict alone from then on
+        self._packed_keys = np.zeros(0, dtype=np.int64)  # sorted
+        self._packed_rows = np.zeros(0, dtype=np.int64)
         h = cfg.lof_history_windows
         self._cap = 0
         self.hist = np.zeros((0, h, len(STATS)), dtype=np.float32)
@@ -260,14 +265,62 @@ class Detector:
 
     # -- rows -----------------------------------------------------------------
     def rows_for(self, keys: list[RowKey]) -> np.ndarray:
-        out = np.empty(len(keys), dtype=np.int64)
-        index = self.index
-        for i, k in enumerate(keys):
-            r = index.get(k)
-            if r is None:
-                r = index[k] = len(self.keys)
+        names: dict[str, int] = {}
+        src = [names.setdefault(a, len(names)) for a, _, _ in keys]
+        dst = [names.setdefault(b, len(names)) for _, b, _ in keys]
+        return self.rows_for_columns(list(names), np.array(src, dtype=np.int64),
+                                     np.array(dst, dtype=np.int64),
+                                     np.array([k[2] for k in keys], dtype=np.int64))
+
+    def rows_for_columns(self, names: Sequence[str], src: np.ndarray, dst: np.ndarray,
+                         size: np.ndarray) -> np.ndarray:
+        """Each window's row (src, dst: indexes into names), new keys given
+        new rows in order of first appearance. Keys are packed into one
+        int64 (endpoint numbers and size) and found by one sorted search:
+        a dictionary lookup per window cost a quarter of a second in a
+        window of half a million pairs. Beyond the packing's room (2**23
+        endpoints, sizes of 2**16 bytes) every key goes through the dict."""
+        num = self._number
+        numbers = np.array([num.setdefault(x, len(num)) for x in names], dtype=np.int64)
+        n = len(src)
+        out = np.empty(n, dtype=np.int64)
+        if not n:
+            return out
+        if self._packed and (len(num) >= 1 << 23 or size.min() < 0 or size.max() >= 1 << 16):
+            self._packed = False
+        if not self._packed:
+            index = self.index
+            for i, k in enumerate(zip([names[j] for j in src.tolist()],
+                                      [names[j] for j in dst.tolist()], size.tolist(),
+                                      strict=True)):
+                r = index.get(k)
+                if r is None:
+                    r = index[k] = len(self.keys)
+                    self.keys.append(k)
+                out[i] = r
+            self._grow(len(self.keys))
+            return out
+        key = (numbers[src] << 40) | (numbers[dst] << 16) | size
+        at = np.minimum(np.searchsorted(self._packed_keys, key), len(self._packed_keys) - 1)
+        found = (self._packed_keys[at] == key) if len(self._packed_keys) else np.zeros(n, bool)
+        out[found] = self._packed_rows[at[found]]
+        miss = np.flatnonzero(~found)
+        if len(miss):
+            new, first, inverse = np.unique(key[miss], return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable")  # rows numbered in order of arrival
+            rank = np.empty(len(new), dtype=np.int64)
+            rank[order] = np.arange(len(new))
+            rows = len(self.keys) + rank
+            for j in order.tolist():
+                i = int(miss[first[j]])
+                k = (names[int(src[i])], names[int(dst[i])], int(size[i]))
+                self.index[k] = len(self.keys)
                 self.keys.append(k)
-            out[i] = r
+            out[miss] = rows[inverse]
+            keys = np.concatenate([self._packed_keys, new])
+            sort = np.argsort(keys, kind="stable")
+            self._packed_keys = keys[sort]
+            self._packed_rows = np.concatenate([self._packed_rows, rows])[sort]
         self._grow(len(self.keys))
         return out
 

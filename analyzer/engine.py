@@ -655,9 +655,7 @@ class Analyzer:
             return []
         self._window_len = end - start
         self._note_probers(start, b)
-        names = np.asarray(b.names, dtype=object)
-        rows = self.detector.rows_for(list(zip(names[b.src].tolist(), names[b.dst].tolist(),
-                                               b.size.tolist(), strict=True)))
+        rows = self.detector.rows_for_columns(b.names, b.src, b.dst, b.size)
         self._index_rows()
         stats, sent, lost, slow = b.stats, b.sent, b.lost, b.slow
         groups = self._loss_groups(rows)

@@ -267,3 +267,33 @@ def test_short_congestions_of_different_switches_in_a_row_do_not_chain(tmp_path)
     pq.write_table(table, tmp_path / "p.parquet")
     incidents = analyze_files(tmp_path / "t.json", tmp_path / "p.parquet")["incidents"]
     assert incidents == [], [(i["component"], i["start"] - T0) for i in incidents]
+
+
+@pytest.mark.parametrize("big_size_at", [None, 3])
+def test_rows_by_packed_keys_number_windows_as_a_dictionary_would(big_size_at):
+    """Rows are found by packed int64 keys and a sorted search; the
+    reference numbers (src, dst, size) keys in a dictionary, new keys in
+    order of first appearance. Batches name their endpoints in any order;
+    tuple and column calls share one numbering; a size past the packing's
+    room (64 KiB) moves everything to the dictionary, consistently."""
+    rng = np.random.default_rng(5)
+    det = Detector(AnalyzerConfig())
+    ref: dict[tuple[str, str, int], int] = {}
+    eps = [f"h{i}/rnic0" for i in range(40)]
+    for call in range(8):
+        n = int(rng.integers(1, 300))
+        a, b = rng.integers(0, len(eps), n), rng.integers(0, len(eps), n)
+        size = rng.choice([64, 256, 1024, 4096], n)
+        if call == big_size_at:
+            size[0] = 70_000
+        keys = [(eps[x], eps[y], int(s)) for x, y, s in zip(a, b, size, strict=True)]
+        want = [ref.setdefault(k, len(ref)) for k in keys]
+        if call % 2:
+            got = det.rows_for(keys)
+        else:
+            names = [eps[i] for i in rng.permutation(len(eps))]
+            code = {x: i for i, x in enumerate(names)}
+            got = det.rows_for_columns(names, np.array([code[k[0]] for k in keys]),
+                                       np.array([code[k[1]] for k in keys]), size)
+        assert got.tolist() == want
+        assert det.keys == list(ref)
