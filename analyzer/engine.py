@@ -102,6 +102,7 @@ class Analyzer:
         self.cfg = cfg
         self.grace_s = grace_s
         self.paths = UnderlayPaths(topo)
+        self._endpoints_of_host: dict[str, list[str]] | None = None
         self._pending_batches: dict[tuple[float, float], list[WindowBatch]] = defaultdict(list)
         self._seen: deque[_Seen] = deque()
         self._by_endpoint: dict[str, set[Pair]] = defaultdict(set)
@@ -533,7 +534,11 @@ class Analyzer:
                  if inc.symptom in ("loss", "unreachable")}
         if not hosts:
             return set()
-        return {e for e in self.topo.endpoints if self.topo.host_of_endpoint(e) in hosts}
+        if self._endpoints_of_host is None:  # once: this runs every window while one is open
+            self._endpoints_of_host = defaultdict(list)
+            for e in self.topo.endpoints:
+                self._endpoints_of_host[self.topo.host_of_endpoint(e)].append(e)
+        return {e for h in hosts for e in self._endpoints_of_host.get(h, ())}
 
     def _container_of(self, endpoint: str) -> str | None:
         ep = self.topo.endpoints.get(endpoint)
