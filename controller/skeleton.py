@@ -641,7 +641,10 @@ def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarra
     # follows a rhythm several replicas share (an expert group's all-to-alls
     # hold its replicas in lockstep; which side of a sample boundary each
     # host's clock puts them then splits rows into blocks correlating +-0.8
-    # with whole blocks of columns). The transfers alone decide such a row,
+    # with whole blocks of columns); so is a row whose column another row
+    # scores as well on (two replicas of one group both best with one
+    # column: dp8 tp4 pp8 ep4 dropped a true pair, recall 0.993). The
+    # transfers alone decide such a row,
     # among the columns of its block where the block is square: several
     # expert groups each in lockstep are told apart by their paces, and
     # one group's k replicas hold k rows and k columns (bench/sweep.py
@@ -652,7 +655,8 @@ def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarra
     # already widens for.
     if n >= 3:
         mine = c[np.arange(n), cols]
-        vague = (c >= (mine - noise)[:, None]).sum(axis=1) > 1
+        vague = ((c >= (mine - noise)[:, None]).sum(axis=1) > 1) | (
+            (c[:, cols] >= (mine - noise)[None, :]).sum(axis=0) > 1)
         if vague.any():
             block = _square_blocks(c >= (mine - np.sqrt(2.0) * miss_z(n - 1) * noise)[:, None])
             near = [np.union1d(np.intersect1d(t_near[i], block[i]), [cols[i]])

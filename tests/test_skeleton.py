@@ -713,6 +713,18 @@ def test_replicas_an_expert_group_holds_in_lockstep_keep_their_partners():
     assert [set(s) for s in sk.pp_stages] == [set(s) for s in tr.pp_stages]
 
 
+def test_a_column_two_lockstepped_rows_share_is_no_replicas_own_pace():
+    """dp8 tp4 pp8 ep4: two replicas of one expert group on a host's rails
+    both scored best with one column (pace 0.58 / 0.63, the true partner of
+    one of them -0.36: hosts' clocks split the group's shared bursts), and
+    the transfers leaned the same way, so a true pair was dropped (recall
+    0.993). A column that two rows score alike on carries the group's pace,
+    not a replica's: its holder is decided by the transfers alone."""
+    shape = JobShape("j", dp=8, tp=4, pp=8, ep=4, a2a_share=2.0)
+    got, truth = run_infer([shape], Noise(duration_s=180, interval_s=0.05), seed=3)
+    assert not truth["j"].pairs - got["j"].pairs
+
+
 @pytest.mark.parametrize("interval", [0.05, 0.1])
 def test_expert_groups_in_lockstep_keep_partners_within_their_group(interval):
     """Two expert groups of four replicas, each in lockstep: within a group
