@@ -26,6 +26,7 @@ from scipy import special
 
 from analyzer.drift import benjamini_hochberg, fit_lognormal, ks_lognormal
 from analyzer.lof import lof_novelty
+from netskel.arrays import find_sorted
 from netskel.config import AnalyzerConfig
 from netskel.model import RTT_STATS
 
@@ -301,8 +302,7 @@ class Detector:
             self._grow(len(self.keys))
             return out
         key = (numbers[src] << 40) | (numbers[dst] << 16) | size
-        at = np.minimum(np.searchsorted(self._packed_keys, key), len(self._packed_keys) - 1)
-        found = (self._packed_keys[at] == key) if len(self._packed_keys) else np.zeros(n, bool)
+        found, at = find_sorted(self._packed_keys, key)
         out[found] = self._packed_rows[at[found]]
         miss = np.flatnonzero(~found)
         if len(miss):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzer.batch import STAT_FIELDS, WindowBatch
+from netskel.arrays import find_sorted
 from netskel.model import WindowStats, pair_key
 
 Pair = tuple[str, str]
@@ -76,13 +77,13 @@ class PairHistory:
         a, c = numbers[b.src], numbers[b.dst]
         row_key = (np.minimum(a, c) << 32) | np.maximum(a, c)
         uniq, first, inverse = np.unique(row_key, return_index=True, return_inverse=True)
-        kept = self._kept_keys()
-        at = np.minimum(np.searchsorted(kept, uniq), max(len(kept) - 1, 0))
-        charted = kept[at] == uniq if len(kept) else np.zeros(len(uniq), dtype=bool)
+        charted = find_sorted(self._kept_keys(), uniq)[0]
+
+        def pair_at(i: int) -> Pair:
+            return pair_key(names[int(b.src[i])], names[int(b.dst[i])])
 
         def pair_of(u: int) -> Pair:
-            i = int(first[u])
-            return pair_key(names[int(b.src[i])], names[int(b.dst[i])])
+            return pair_at(int(first[u]))
 
         # Pairs heard from again move to the end (heard from most recently)
         # before room is made, so the room is taken from silent ones.
@@ -116,7 +117,7 @@ class PairHistory:
         med = b.stats[:, STAT_FIELDS.index("rtt_median")]
         p75 = b.stats[:, STAT_FIELDS.index("rtt_p75")]
         for i in np.flatnonzero(charted[inverse]).tolist():
-            by_pair[pair_key(names[int(b.src[i])], names[int(b.dst[i])])].append(Point(
+            by_pair[pair_at(i)].append(Point(
                 float(b.start[i]), int(b.size[i]), float(med[i]), float(p75[i]),
                 int(b.sent[i]), int(b.lost[i]), names[int(b.src[i])]))
 

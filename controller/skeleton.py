@@ -644,13 +644,13 @@ def _pace_near(c: np.ndarray, cols: np.ndarray, t: np.ndarray, t_cols: np.ndarra
     # with whole blocks of columns); so is a row whose column another row
     # scores as well on (two replicas of one group both best with one
     # column: dp8 tp4 pp8 ep4 dropped a true pair, recall 0.993). The
-    # transfers alone decide such a row,
-    # among the columns of its block where the block is square: several
-    # expert groups each in lockstep are told apart by their paces, and
-    # one group's k replicas hold k rows and k columns (bench/sweep.py
-    # --set moe, two groups of four: precision 0.53 -> 0.73). A split by
-    # hosts' clocks need not be square (3 rows against 2 columns dropped
-    # pairs when every block was trusted: recall 0.97).
+    # transfers alone decide such a row, among the columns of its block
+    # where the block is square: several expert groups each in lockstep
+    # are told apart by their paces, and one group's k replicas hold k rows
+    # and k columns (bench/sweep.py --set moe, two groups of four:
+    # precision 0.53 -> 0.73). A split by hosts' clocks need not be square
+    # (3 rows against 2 columns dropped pairs when every block was
+    # trusted: recall 0.97).
     # With two replicas a tie is only a weak pace, which the tolerance above
     # already widens for.
     if n >= 3:

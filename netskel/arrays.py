@@ -26,6 +26,15 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(s[first]), inverse
 
 
+def find_sorted(keys: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(whether each of x is in `keys`, sorted ascending; where it stands
+    there, meaningful only where found): one binary search per value."""
+    if not len(keys):
+        return np.zeros(len(x), dtype=bool), np.zeros(len(x), dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, x), len(keys) - 1)
+    return np.asarray(keys[at] == x), at
+
+
 def factorize(values: np.ndarray) -> tuple[list[str], np.ndarray]:
     """(sorted distinct strings, code of each element) of an object array."""
     seen: dict[object, int] = {}

@@ -1,11 +1,18 @@
-"""The sort-based uniques agree with numpy's."""
+"""The sort-based uniques and lookups agree with numpy's."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from netskel.arrays import factorize, pair_order, unique, unique_inverse, unique_rows_inverse
+from netskel.arrays import (
+    factorize,
+    find_sorted,
+    pair_order,
+    unique,
+    unique_inverse,
+    unique_rows_inverse,
+)
 
 
 @pytest.mark.parametrize("n", [0, 1, 1000])
@@ -39,3 +46,13 @@ def test_pair_order_is_lexicographic_and_stable(n):
     a = rng.integers(0, n, 50_000)
     b = rng.integers(0, min(n, 40), 50_000)  # many exact ties
     assert np.array_equal(pair_order(a, b, n), np.lexsort((b, a)))
+
+
+@pytest.mark.parametrize("n_keys", [0, 1, 50])
+def test_find_sorted_agrees_with_isin(n_keys):
+    rng = np.random.default_rng(n_keys)
+    keys = np.sort(rng.choice(200, n_keys, replace=False)).astype(np.int64)
+    x = rng.integers(-5, 210, 500)
+    found, at = find_sorted(keys, x)
+    assert found.tolist() == np.isin(x, keys).tolist()
+    assert (keys[at[found]] == x[found]).all()
