@@ -8,10 +8,12 @@ inference around it.
     python bench/partners.py DIR [DIR ...]
     (e.g. the 1 s copies: python bench/variants.py ../shared/data/dev/skeleton /tmp/v1 --interval 1.0)
 
-Statistics: `transfers` (what controller/skeleton.py uses: every host's
-rates moved onto one clock, high-passed traffic outside collectives, group
-residuals, one side's tx against the other's rx; collectives are what the
-whole data-parallel group bursts in), `unaligned` (as before session 20:
+Statistics: `transfers` (every host's rates moved onto one clock,
+high-passed traffic outside collectives, group residuals, one side's tx
+against the other's rx at the same sample; collectives are what the whole
+data-parallel group bursts in), `aligned` (the same, at the lag of +-1
+sample where the rows stand out most: what controller/skeleton.py uses at
+0.5 s sampling or finer), `unaligned` (as before session 20:
 each host's own clock, each endpoint's own collective level), `raw`
 (group residuals of tx and rx as recorded), `net` (residuals of tx - rx)
 and `net_masked` (the same outside collectives).
@@ -37,6 +39,7 @@ from controller.infer import job_rates, read_throughput  # noqa: E402
 from controller.skeleton import (  # noqa: E402
     CLOCK_SPREAD_S,
     _group_residual,
+    aligned_transfer_scores,
     one_way_outliers,
     transfer_scores,
     transfer_series,
@@ -114,8 +117,10 @@ def boundaries(d: Path) -> list[dict[str, Any]]:
             a, b = (_units(topo, eps, stages[k]) for k in (s - 1, s))
             true = np.array([[any(frozenset((eps[x], eps[y])) in pairs for x in u for y in v)
                               for v in b] for u in a])
-            for name, (ntx, nrx) in stats.items():
-                m = margins(transfer_scores(a, b, ntx, nrx, rail), true, tx.shape[1])
+            for name, (ntx, nrx) in [*stats.items(), ("aligned", stats["transfers"])]:
+                score = (aligned_transfer_scores(a, b, ntx, nrx, rail) if name == "aligned"
+                         else transfer_scores(a, b, ntx, nrx, rail))
+                m = margins(score, true, tx.shape[1])
                 if m:
                     out.append({"recording": d.name, "job": job["job"], "dt": round(r.dt, 3),
                                 "boundary": f"{s - 1}/{s}", "statistic": name,

@@ -320,7 +320,8 @@ def test_running_mean_agrees_with_numpy_convolution(w):
     np.testing.assert_allclose(running_mean(y, w), ref, atol=1e-12)
 
 
-def test_transfer_scores_agree_with_a_loop_over_unit_pairs():
+@pytest.mark.parametrize("lag", [0, 1, -1, 3])
+def test_transfer_scores_agree_with_a_loop_over_unit_pairs(lag):
     from controller.skeleton import transfer_scores
 
     rng = np.random.default_rng(3)
@@ -330,12 +331,39 @@ def test_transfer_scores_agree_with_a_loop_over_unit_pairs():
     idx = rng.permutation(n)
     a_units = [idx[0:4], idx[4:6], idx[6:12]]
     b_units = [idx[12:16], idx[16:24]]
-    got = transfer_scores(a_units, b_units, ntx, nrx, rail_of)
+    got = transfer_scores(a_units, b_units, ntx, nrx, rail_of, lag)
+    # a's sample t against b's sample t + lag, where both exist
+    t = [t for t in range(k) if 0 <= t + lag < k]
     for i, a in enumerate(a_units):
         for j, b in enumerate(b_units):
-            vals = [(ntx[x] @ nrx[y] + nrx[x] @ ntx[y]) / 2
+            vals = [sum(ntx[x, u] * nrx[y, u + lag] + nrx[x, u] * ntx[y, u + lag] for u in t) / 2
                     for x in a for y in b if rail_of[x] == rail_of[y]]
             assert got[i, j] == pytest.approx(np.mean(vals) if vals else 0.0)
+
+
+@pytest.mark.parametrize("max_lag", [0, 1])
+def test_partners_transfers_a_sample_apart_are_read_at_that_lag(max_lag):
+    """Partners' residual transfers line up where the sender's and the
+    receiver's traffic patterns do, which need not be the same sample (the
+    dev set's middle stages at 0.1 s: one sample later). Three replicas
+    whose receives follow their partners' sends one sample late: compared
+    only at the same sample they tell nothing and every cross pair is kept;
+    allowed a lag of one sample, the partners are read off exactly."""
+    from controller.skeleton import chain_replicas
+
+    rng = np.random.default_rng(5)
+    k = 400
+    z = rng.normal(size=(3, k + 1))
+    ntx = np.vstack([z[:, 1:], rng.normal(size=(3, k))])
+    nrx = np.vstack([rng.normal(size=(3, k)), z[:, :-1] + 0.5 * rng.normal(size=(3, k))])
+    ntx /= np.linalg.norm(ntx, axis=1, keepdims=True)
+    nrx /= np.linalg.norm(nrx, axis=1, keepdims=True)
+    units = [[np.array([i]) for i in range(3)], [np.array([3 + i]) for i in range(3)]]
+    chunks, _ = chain_replicas(units, rng.normal(size=(6, 30)), np.zeros(6, dtype=int),
+                               ntx, nrx, [0.7], max_lag=max_lag)
+    pairs = {tuple(p) for c in chunks for p in c.tolist()}
+    assert pairs == ({(i, 3 + i) for i in range(3)} if max_lag
+                     else {(i, 3 + j) for i in range(3) for j in range(3)})
 
 
 def test_robust_mean_keeps_sub_sample_offsets_that_a_median_snaps_away():
