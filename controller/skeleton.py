@@ -443,6 +443,69 @@ def tensor_units(members: list[np.ndarray], fine: np.ndarray) -> list[np.ndarray
     return out
 
 
+def _container_residuals(m: np.ndarray, fine: np.ndarray) -> np.ndarray:
+    """Correlations of a container's endpoints after what the whole
+    container does is removed (each replica it holds then shows as a block
+    correlating within, anti-correlating across)."""
+    y = fine[m] - fine[m].mean(axis=0, keepdims=True)
+    y -= y.mean(axis=1, keepdims=True)
+    y /= np.linalg.norm(y, axis=1, keepdims=True) + 1e-12
+    return np.asarray(y @ y.T)
+
+
+def rail_tensor_split(containers: list[np.ndarray], fine: np.ndarray, rail_of: np.ndarray
+                      ) -> np.ndarray | None:
+    """Tensor groups read from every container at once: a label per rail,
+    or None. Megatron lays tensor groups out alike on every host (local
+    ranks 0-3 and 4-7 for tp4 on 8 GPUs), so the rails of one group are the
+    same in each container, and each rail pair's correlation (container
+    residuals) can be averaged over all of them. At 0.5 s sampling one
+    container's eight series are too short to split (dev tp4 resampled:
+    4 of 8 containers split right, so tp read 8), the average over 16 is
+    not. A chance split fits what chose it: the containers are halved
+    (alternately), each half chooses a split of the rails on its own, and
+    the two must agree (on the dev set's tp8 jobs the halves' chance splits
+    never did), and the split must hold container by container (its
+    within-minus-across correlation SIGNIFICANCE standard errors above
+    zero). Containers must all hold the same rails."""
+    big = [m for m in containers if len(m) >= 4]
+    if len(big) < 4:
+        return None
+    rails = np.sort(rail_of[big[0]])
+    if len(np.unique(rails)) != len(rails) or any(
+            not np.array_equal(np.sort(rail_of[m]), rails) for m in big):
+        return None
+    pos = np.searchsorted(rails, rail_of[np.concatenate(big)])
+    k = len(rails)
+    per = [(pos[a:a + len(m)], _container_residuals(m, fine))
+           for a, m in zip(np.cumsum([0] + [len(m) for m in big[:-1]]), big, strict=True)]
+    splits = []
+    for half in (per[0::2], per[1::2]):
+        total = np.zeros((k, k))
+        for at, c in half:
+            total[np.ix_(at, at)] += c
+        labels, _ = equal_clusters(total / len(half), [str(i) for i in range(k)], 0.0)
+        if labels.max() == 0:
+            return None
+        splits.append(labels)
+    a, b = splits  # the same partition, whatever the label numbers
+    if not np.array_equal(a[:, None] == a[None, :], b[:, None] == b[None, :]):
+        return None
+    labels = splits[0]
+    d = []
+    for at, c in per:
+        lab = labels[at]
+        same = lab[:, None] == lab[None, :]
+        np.fill_diagonal(same, False)
+        d.append(float(c[same].mean() - c[lab[:, None] != lab[None, :]].mean()))
+    dv = np.asarray(d)
+    if float(dv.mean()) < SIGNIFICANCE * float(dv.std(ddof=1)) / np.sqrt(len(dv)):
+        return None
+    out = np.full(int(rail_of.max()) + 1, -1, dtype=np.int64)
+    out[rails] = labels
+    return out
+
+
 def _unit_rows(units: list[np.ndarray], wobble: np.ndarray) -> np.ndarray:
     rows = np.stack([wobble[u].mean(axis=0) for u in units])
     rows -= rows.mean(axis=1, keepdims=True)
@@ -976,8 +1039,15 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     # Tensor groups are the same in every stage; if their rail sets differ a
     # split was chance, and whole containers are the units.
     keys = [sorted(tuple(sorted(set(rail_of[u].tolist()))) for u in us) for us in stage_units]
-    if any(k != keys[0] for k in keys):
+    split_alone = all(len(us) > len(cs) for us, cs in zip(stage_units, whole_containers,
+                                                           strict=True))
+    if any(k != keys[0] for k in keys) or not split_alone:
         stage_units = whole_containers
+        # Not every container split on its own: perhaps all of them together do.
+        by_rail = rail_tensor_split([m for us in whole_containers for m in us], fine, rail_of)
+        if by_rail is not None:
+            stage_units = [[m[by_rail[rail_of[m]] == g] for m in us
+                            for g in np.unique(by_rail[rail_of[m]])] for us in whole_containers]
     sizes = [len(u) for us in stage_units for u in us]
     tp = max(set(sizes), key=sizes.count) if sizes else 1
     notes: list[str] = []

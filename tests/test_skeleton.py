@@ -1122,3 +1122,46 @@ def test_each_job_of_a_shared_file_as_when_inferred_alone(tmp_path):
         assert main(args + ["--job", job, "-o", str(tmp_path / f"{job}.json")]) == 0
         alone = json.loads((tmp_path / f"{job}.json").read_text())["jobs"]
         assert alone == [both[job]]
+
+
+def _tensor_containers(rng: np.random.Generator, n: int, k: int, strength: float
+                       ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """n containers of eight endpoints on rails 0-7, each holding two
+    replicas (rails 0-3 and 4-7) whose endpoints share a rhythm of
+    `strength` against unit noise; plus what the whole container does."""
+    fine = rng.normal(size=(8 * n, k))
+    for c in range(n):
+        fine[8 * c:8 * c + 8] += 3.0 * rng.normal(size=k)  # the container's own
+        for g in range(2):
+            fine[8 * c + 4 * g:8 * c + 4 * g + 4] += strength * rng.normal(size=k)
+    return [np.arange(8 * c, 8 * c + 8) for c in range(n)], fine, np.tile(np.arange(8), n)
+
+
+def test_tensor_groups_too_faint_in_one_container_show_in_all_of_them():
+    """Two replicas per container whose shared rhythm is too faint for one
+    container's eight short series (the per-container split misses most
+    containers) but clear over sixteen: the rails split 0-3 / 4-7. Without
+    the rhythm, or with too few containers to halve, no split."""
+    from controller.skeleton import rail_tensor_split, tensor_units
+
+    rng = np.random.default_rng(11)
+    conts, fine, rail_of = _tensor_containers(rng, 16, 60, 0.45)
+    alone = tensor_units(conts, fine)
+    assert len(alone) == len(conts)  # no container splits on its own
+    labels = rail_tensor_split(conts, fine, rail_of)
+    assert labels is not None
+    assert len(set(labels[:4])) == 1 and len(set(labels[4:])) == 1 and labels[0] != labels[4]
+    conts, fine, rail_of = _tensor_containers(rng, 16, 60, 0.0)
+    assert rail_tensor_split(conts, fine, rail_of) is None
+    conts, fine, rail_of = _tensor_containers(rng, 3, 60, 0.45)
+    assert rail_tensor_split(conts, fine, rail_of) is None
+
+
+def test_containers_on_different_rails_are_not_pooled():
+    from controller.skeleton import rail_tensor_split
+
+    rng = np.random.default_rng(12)
+    conts, fine, rail_of = _tensor_containers(rng, 16, 60, 1.0)
+    rail_of = rail_of.copy()
+    rail_of[:8] = np.arange(8, 16)  # one container on other rails
+    assert rail_tensor_split(conts, fine, rail_of) is None
