@@ -1165,3 +1165,29 @@ def test_containers_on_different_rails_are_not_pooled():
     rail_of = rail_of.copy()
     rail_of[:8] = np.arange(8, 16)  # one container on other rails
     assert rail_tensor_split(conts, fine, rail_of) is None
+
+
+@pytest.mark.parametrize("n", [6, 80])
+def test_transfer_lag_is_found_with_few_and_many_replicas(n):
+    """Receives one sample after their partners' sends, units of two
+    endpoints on two rails: the lag is found (past LAG_ROWS replicas on one
+    rail only) and every row's best column is its partner."""
+    from controller.skeleton import LAG_ROWS, aligned_transfer_scores
+
+    rng = np.random.default_rng(n)
+    k = 300
+    partner = rng.permutation(n)
+    z = rng.normal(size=(2 * n, k + 1))
+    ntx = rng.normal(size=(4 * n, k))
+    nrx = rng.normal(size=(4 * n, k))
+    ntx[:2 * n] += z[:, 1:]
+    b_rows = (2 * n + 2 * partner[:, None] + np.arange(2)).ravel()
+    nrx[b_rows] += z[:, :-1]
+    ntx /= np.linalg.norm(ntx, axis=1, keepdims=True)
+    nrx /= np.linalg.norm(nrx, axis=1, keepdims=True)
+    rail_of = np.tile(np.arange(2), 2 * n)
+    a = [np.array([2 * i, 2 * i + 1]) for i in range(n)]
+    b = [np.array([2 * n + 2 * j, 2 * n + 2 * j + 1]) for j in range(n)]
+    assert (n > LAG_ROWS) == (n == 80)
+    t = aligned_transfer_scores(a, b, ntx, nrx, rail_of)
+    assert np.array_equal(t.argmax(axis=1), partner)
