@@ -1191,3 +1191,27 @@ def test_transfer_lag_is_found_with_few_and_many_replicas(n):
     assert (n > LAG_ROWS) == (n == 80)
     t = aligned_transfer_scores(a, b, ntx, nrx, rail_of)
     assert np.array_equal(t.argmax(axis=1), partner)
+
+
+def test_two_replicas_are_scored_at_lag_zero():
+    """Two replicas' residuals are each other's negative: a lag where their
+    transfers anti-correlate would read the swap as surely as the true lag
+    reads the partners, so no lag is chosen for them."""
+    from controller.skeleton import aligned_transfer_scores, transfer_scores
+
+    rng = np.random.default_rng(8)
+    k = 300
+    z = rng.normal(size=(1, k + 1))
+    ntx = rng.normal(size=(4, k))
+    nrx = rng.normal(size=(4, k))
+    ntx[0] += z[0, 1:]
+    ntx[1] -= z[0, 1:]
+    nrx[2] += z[0, :-1]
+    nrx[3] -= z[0, :-1]
+    ntx /= np.linalg.norm(ntx, axis=1, keepdims=True)
+    nrx /= np.linalg.norm(nrx, axis=1, keepdims=True)
+    rail_of = np.zeros(4, dtype=int)
+    a, b = [np.array([0]), np.array([1])], [np.array([2]), np.array([3])]
+    got = aligned_transfer_scores(a, b, ntx, nrx, rail_of)
+    np.testing.assert_array_equal(got, transfer_scores(a, b, ntx, nrx, rail_of, 0))
+    assert not np.array_equal(got, transfer_scores(a, b, ntx, nrx, rail_of, 1))
