@@ -467,18 +467,17 @@ def rail_tensor_split(containers: list[np.ndarray], fine: np.ndarray, rail_of: n
     the two must agree (on the dev set's tp8 jobs the halves' chance splits
     never did), and the split must hold container by container (its
     within-minus-across correlation SIGNIFICANCE standard errors above
-    zero). Containers must all hold the same rails."""
-    big = [m for m in containers if len(m) >= 4]
-    if len(big) < 4:
+    zero). Containers must all hold the same four rails or more."""
+    if len(containers) < 4 or any(len(m) < 4 for m in containers):
         return None
-    rails = np.sort(rail_of[big[0]])
+    rails = np.sort(rail_of[containers[0]])
     if len(np.unique(rails)) != len(rails) or any(
-            not np.array_equal(np.sort(rail_of[m]), rails) for m in big):
+            not np.array_equal(np.sort(rail_of[m]), rails) for m in containers):
         return None
-    pos = np.searchsorted(rails, rail_of[np.concatenate(big)])
+    pos = np.searchsorted(rails, rail_of[np.concatenate(containers)])
     k = len(rails)
     per = [(pos[a:a + len(m)], _container_residuals(m, fine))
-           for a, m in zip(np.cumsum([0] + [len(m) for m in big[:-1]]), big, strict=True)]
+           for a, m in zip(np.cumsum([0] + [len(m) for m in containers[:-1]]), containers, strict=True)]
     splits = []
     for half in (per[0::2], per[1::2]):
         total = np.zeros((k, k))
@@ -668,11 +667,12 @@ def aligned_transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray]
     with 10 % of samples missing: the swap 4.3 noise levels ahead). With
     three or more, a partner anti-correlating leaves its row's other
     scores only mildly positive, and the true lag stands out. The lag is
-    the one whose rows' best score stands out most from their mean, read on at most LAG_ROWS rows (a choice of three, not of
-    partners: the matrix at that lag is then scored in full). Past LAG_ROWS
-    rows, on one rail: every rail carries the same replicas' traffic, and
-    gathering all of the other side's rows on every rail for each lag cost
-    2.8 s at 32,768 endpoints."""
+    the one whose rows' best score stands out most from their mean, read
+    on at most LAG_ROWS rows (a choice of three, not of partners: the
+    matrix at that lag is then scored in full). Past LAG_ROWS rows, on one
+    rail: every rail carries the same replicas' traffic, and gathering all
+    of the other side's rows on every rail for each lag cost up to a
+    second a boundary at 32,768 endpoints."""
     lags = range(-max_lag, max_lag + 1)
     if len(lags) == 1 or min(len(a_units), len(b_units)) < 3:
         return transfer_scores(a_units, b_units, ntx, nrx, rail_of)
@@ -1059,7 +1059,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
                                                            strict=True))
     if any(k != keys[0] for k in keys) or not split_alone:
         stage_units = whole_containers
-        # Not every container split on its own: perhaps all of them together do.
+        # No split held in every stage: perhaps all containers together show one.
         by_rail = rail_tensor_split([m for us in whole_containers for m in us], fine, rail_of)
         if by_rail is not None:
             stage_units = [[m[by_rail[rail_of[m]] == g] for m in us
