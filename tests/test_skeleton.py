@@ -1215,3 +1215,44 @@ def test_two_replicas_are_scored_at_lag_zero():
     got = aligned_transfer_scores(a, b, ntx, nrx, rail_of)
     np.testing.assert_array_equal(got, transfer_scores(a, b, ntx, nrx, rail_of, 0))
     assert not np.array_equal(got, transfer_scores(a, b, ntx, nrx, rail_of, 1))
+
+
+def test_a_replica_signal_is_what_a_containers_endpoints_share_beyond_their_groups():
+    """Four containers of four endpoints, one per rail group: each
+    container's endpoints share a rhythm of their own (one replica's
+    stalls) or not; endpoints alone in their group have no residual."""
+    from controller.skeleton import replica_signal
+
+    rng = np.random.default_rng(13)
+    k, n = 400, 4
+    common = rng.normal(size=k)
+    groups = [np.arange(r, 4 * n, 4) for r in range(4)]  # rail r of every container
+    containers = [np.arange(4 * c, 4 * c + 4) for c in range(n)]
+    for own, want in ((1.0, 0.3), (0.0, None)):
+        fine = 5.0 * common + rng.normal(size=(4 * n, k))
+        for m in containers:
+            fine[m] += own * rng.normal(size=k)
+        got = replica_signal(containers, fine, groups)
+        if want is None:
+            assert abs(got) < 4.0 / np.sqrt(k)
+        else:
+            assert got > want
+    alone = [np.arange(4 * c, 4 * c + 4) for c in range(n)]
+    assert replica_signal(alone, fine, [np.array([i]) for i in range(4 * n)]) is None
+
+
+def test_a_pure_data_parallel_job_does_not_vouch_for_its_tensor_groups():
+    """Without pipeline transfers nothing in a container's traffic is its
+    replica's own, so two replicas in one container (tp4 on an 8-NIC host)
+    would look like one: the structure is given, its confidence is not
+    above WIDENED_CONFIDENCE, and the note says why. A pipelined job whose
+    replicas show keeps its confidence."""
+    got, _ = run_infer([JobShape("j", dp=8, tp=8, pp=1)], Noise(duration_s=60, shuffle=False),
+                       seed=3)
+    sk = got["j"]
+    assert (sk.dp, sk.tp, sk.pp) == (8, 8, 1)
+    assert sk.confidence <= WIDENED_CONFIDENCE
+    assert any("tp not vouched for" in n for n in sk.notes)
+    got, _ = run_infer([JobShape("j", dp=4, tp=8, pp=4)], Noise(duration_s=60, shuffle=False),
+                       seed=3)
+    assert not any("tp not vouched for" in n for n in got["j"].notes)
