@@ -474,10 +474,8 @@ def rail_tensor_split(containers: list[np.ndarray], fine: np.ndarray, rail_of: n
     if len(np.unique(rails)) != len(rails) or any(
             not np.array_equal(np.sort(rail_of[m]), rails) for m in containers):
         return None
-    pos = np.searchsorted(rails, rail_of[np.concatenate(containers)])
     k = len(rails)
-    per = [(pos[a:a + len(m)], _container_residuals(m, fine))
-           for a, m in zip(np.cumsum([0] + [len(m) for m in containers[:-1]]), containers, strict=True)]
+    per = [(np.searchsorted(rails, rail_of[m]), _container_residuals(m, fine)) for m in containers]
     splits = []
     for half in (per[0::2], per[1::2]):
         total = np.zeros((k, k))
@@ -1086,10 +1084,11 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     keys = [sorted(tuple(sorted(set(rail_of[u].tolist()))) for u in us) for us in stage_units]
     split_alone = all(len(us) > len(cs) for us, cs in zip(stage_units, whole_containers,
                                                            strict=True))
+    containers = [m for cs in whole_containers for m in cs]
     if any(k != keys[0] for k in keys) or not split_alone:
         stage_units = whole_containers
         # No split held in every stage: perhaps all containers together show one.
-        by_rail = rail_tensor_split([m for us in whole_containers for m in us], fine, rail_of)
+        by_rail = rail_tensor_split(containers, fine, rail_of)
         if by_rail is not None:
             stage_units = [[m[by_rail[rail_of[m]] == g] for m in us
                             for g in np.unique(by_rail[rail_of[m]])] for us in whole_containers]
@@ -1129,7 +1128,6 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         notes.append(f"one stage seen at {it.period / r.dt:.1f} samples an iteration, where "
                      "stages could not show")
         confidence = min(confidence, WIDENED_CONFIDENCE)
-    containers = [m for cs in whole_containers for m in cs]
     if stage_units is whole_containers and max(map(len, containers), default=0) >= 4:
         # No container splits into tensor groups: one replica each, or two
         # whose difference the sampling hides? A replica's endpoints share
