@@ -151,7 +151,7 @@ def _coverage(on: np.ndarray, bounds: np.ndarray) -> float:
     return float(np.median(inside.mean(axis=0)))
 
 
-def _window_centres(x: np.ndarray, sync: np.ndarray, dt: float, rows: int = 256) -> np.ndarray:
+def window_centres(x: np.ndarray, sync: np.ndarray, dt: float, rows: int = 256) -> np.ndarray:
     """(E, K) byte-weighted centre time of x in each iteration window
     [sync[k], sync[k+1]); NaN where an endpoint moved nothing. Windows are
     contiguous, so one running reduction per block of rows does it: memory
@@ -218,7 +218,7 @@ def collective_offsets(burst: np.ndarray, it: Iterations, dt: float) -> np.ndarr
     `reduction_bursts` of the job's symmetric traffic."""
     # Windows cut mid-gap: a reduction whose endpoint's clock or burst runs
     # a little past the job's sync point stays in its own iteration.
-    c = _window_centres(burst, it.bounds, dt)
+    c = window_centres(burst, it.bounds, dt)
     # The job's reference is a mean, not a median: a median of quantized
     # centres jumps by a whole sample from one iteration to the next.
     seen = np.isfinite(c)
@@ -344,7 +344,7 @@ def activity_wobble(x: np.ndarray, mask: np.ndarray, it: Iterations, dt: float,
     # The background level from every fourth sample: a median needs no more.
     y -= 2.0 * np.median(y[:, ::4], axis=1, keepdims=True)
     np.maximum(y, 0.0, out=y)
-    c = _window_centres(y, it.sync, dt)
+    c = window_centres(y, it.sync, dt)
     out = np.zeros_like(c)
     for g in groups:
         sub = c[g]

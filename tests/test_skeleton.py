@@ -121,14 +121,14 @@ def test_dense_random_samples_at_coarse_sampling_are_not_iterations(share):
 def test_window_centres_agree_with_a_loop_over_windows():
     """The running reduction per block of rows, against each window summed
     on its own (empty windows and ones ending at the last sample too)."""
-    from controller.timing import _window_centres
+    from controller.timing import window_centres
 
     rng = np.random.default_rng(4)
     for _ in range(50):
         e, n = int(rng.integers(1, 30)), int(rng.integers(3, 300))
         x = (rng.random((e, n)) * (rng.random((e, n)) < 0.3)).astype(np.float32)
         sync = np.sort(rng.integers(0, n + 1, int(rng.integers(2, 10))))
-        got = _window_centres(x, sync, 0.1, rows=7)
+        got = window_centres(x, sync, 0.1, rows=7)
         want = np.full((e, len(sync) - 1), np.nan)
         for j in range(len(sync) - 1):
             a, b = sync[j], sync[j + 1]
