@@ -31,6 +31,7 @@ import numpy as np
 
 from controller.grouping import average_linkage, cut, max_assignment
 from controller.pinglist import id_hash, owner_bits
+from controller.pipeline_only import pipeline_chain
 from controller.timing import (
     Iterations,
     activity_wobble,
@@ -1045,9 +1046,16 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     del burst
     if not np.all(np.isfinite(offset)):
         missing = int(np.sum(~np.isfinite(offset)))
-        return rail_aligned(topo, job, eps, f"{missing} endpoint(s) take no part in the "
-                            "job's collectives")
+        pure = pure_pipeline(job, eps, tx, rx, rail_of, host_of, it, r.dt)
+        return pure or rail_aligned(topo, job, eps, f"{missing} endpoint(s) take no part in the "
+                                    "job's collectives")
     split = split_stages(offset, rail_of)
+    if int(split.labels.max()) == 0 and _scattered_stages(offset, split.labels, r.dt, it.count):
+        # One "stage" that is no single collective: perhaps no collective at
+        # all, a pipeline without data parallelism.
+        pure = pure_pipeline(job, eps, tx, rx, rail_of, host_of, it, r.dt)
+        if pure is not None:
+            return pure
     stage = split.labels
     pp = int(stage.max()) + 1
     # Network data-parallel groups: one stage's endpoints on one rail.
@@ -1153,6 +1161,27 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
                     pp_stages=[sorted(eps[i] for i in st) for st in stage_sets],
                     endpoints=list(eps), pair_index=_network_pairs(chunks, host_of),
                     notes=notes + [f"period {it.period:.2f} s over {it.count} iterations"])
+
+
+def pure_pipeline(job: str, eps: list[str], tx: np.ndarray, rx: np.ndarray, rail_of: np.ndarray,
+                  host_of: np.ndarray, it: Iterations, dt: float) -> Skeleton | None:
+    """A job with no data-parallel collective as a pure pipeline
+    (controller/pipeline_only.py), or None where its transfers make none."""
+    lone = one_way_outliers(tx, rx, np.zeros(tx.shape, dtype=bool))
+    chain = pipeline_chain(tx, rx, lone, rail_of, host_of, it, dt,
+                           max_lag=max(1, int(np.ceil(CLOCK_SPREAD_S / dt - 1e-6))))
+    if chain is None:
+        return None
+    st = chain.stages
+    chunks = [np.stack([a, b], axis=1) for a, b in zip(st, st[1:], strict=False)]
+    confidence = float(np.sqrt(it.regularity * chain.separation))
+    if not chain.oriented:
+        confidence = min(confidence, WIDENED_CONFIDENCE)
+    return Skeleton(job=job, confidence=round(confidence, 3), dp=1, tp=len(st[0]), pp=len(st),
+                    ep=1, dp_groups=sorted([eps[int(i)]] for i in np.concatenate(st)),
+                    pp_stages=[sorted(eps[int(i)] for i in s) for s in st], endpoints=list(eps),
+                    pair_index=_network_pairs(chunks, host_of),
+                    notes=chain.notes + [f"period {it.period:.2f} s over {it.count} iterations"])
 
 
 def expert_split(seq: np.ndarray) -> np.ndarray | None:

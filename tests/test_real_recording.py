@@ -23,3 +23,19 @@ def test_infer_on_the_recorded_gloo_job_is_exact(tmp_path: Path) -> None:
                              json.loads(out.read_text()))
     assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
     assert score["recall"] == 1.0 and score["precision"] == 1.0, score
+
+
+def test_infer_on_the_recorded_pure_pipeline_is_exact(tmp_path: Path) -> None:
+    """The same job with one replica (NETSKEL_TORCH_SHAPE=4x1): no gradient
+    all-reduce at all, so stages, order and partners come from the
+    transfers alone (controller/pipeline_only.py); before, it read as one
+    stage of four replicas and kept every pair."""
+    rec = Path(__file__).parent / "data" / "gloo-pp4dp1"
+    out = tmp_path / "skeleton.json"
+    assert main(["infer", "--topology", str(rec / "topology.json"),
+                 "--throughput", str(rec / "throughput.parquet"), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    [score] = score_skeleton(json.loads((rec / "truth.json").read_text()), doc)
+    assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
+    assert score["recall"] == 1.0 and score["precision"] == 1.0, score
+    assert doc["jobs"][0]["confidence"] > 0.5

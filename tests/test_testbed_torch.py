@@ -6,7 +6,9 @@ pipeline partners.
 
 Set NETSKEL_RECORD_DIR to keep the recording in the dev-set layout
 (topology.json, throughput.parquet, truth.json): bench/accuracy.py scores it
-and bench/calibrate.py measures its physics."""
+and bench/calibrate.py measures its physics. NETSKEL_TORCH_SHAPE=PPxDP runs
+another shape (default 4x2; 4x1, a pure pipeline, made
+tests/data/gloo-pp4dp1)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from itertools import combinations
 from pathlib import Path
 
 import pytest
@@ -30,7 +33,7 @@ pytestmark = [requires_testbed, pytest.mark.testbed]
 torch = pytest.importorskip("torch", reason="torch is not installed (optional extra 'torch': "
                                             "pip install torch==2.13.0)")
 ITERATIONS = 36
-PP, DP = 4, 2
+PP, DP = (int(x) for x in os.environ.get("NETSKEL_TORCH_SHAPE", "4x2").split("x"))
 
 
 def _record(state: ControllerState, job: str, lay: Layout, topology: Path, out: Path,
@@ -48,7 +51,7 @@ def _record(state: ControllerState, job: str, lay: Layout, topology: Path, out: 
                    out / "throughput.parquet")
     e = [lay.endpoint(h, 0) for h in range(lay.hosts)]
     stages = [[e[d + DP * s] for d in range(DP)] for s in range(PP)]
-    pairs = [sorted(p) for st in stages for p in [st]] + [
+    pairs = [sorted(p) for st in stages for p in combinations(st, 2)] + [
         sorted((e[d + DP * s], e[d + DP * (s + 1)])) for s in range(PP - 1) for d in range(DP)]
     (out / "truth.json").write_text(json.dumps({"jobs": [{
         "job": job, "kind": "training", "parallelism": {"dp": DP, "tp": 1, "pp": PP, "ep": 1},
@@ -106,5 +109,5 @@ def test_real_pp4_dp2_gloo_job_skeleton_is_recovered() -> None:
         pairs = {tuple(sorted(p)) for p in state.skeletons[lay.job].pairs}
         partners = {tuple(sorted((e[d + DP * s], e[d + DP * (s + 1)])))
                     for s in range(PP - 1) for d in range(DP)}
-        dp_pairs = {tuple(st) for st in stages}
+        dp_pairs = {p for st in stages for p in combinations(st, 2)}
         assert pairs >= partners | dp_pairs, "recall 1: every true pair is probed"
