@@ -20,9 +20,7 @@ stage per host, the rails carrying copies of one pattern), the iterations
 repeat, every stretch of the recording finds the same path and its weakest
 link beats every other host pair by SIGNIFICANCE standard errors over the
 stretches; anything else keeps the caller's answer (recall first: a path
-nearly as good as another would drop true pairs). A lag window wider than
-the clocks need lines up other stages' transfers one slot later (the real
-job at +-2 samples of 50 ms: non-neighbours 0.3, as high as neighbours).
+nearly as good as another would drop true pairs).
 """
 
 from __future__ import annotations
@@ -142,14 +140,34 @@ def receive_lead(tx: np.ndarray, rx: np.ndarray, it: Iterations, dt: float) -> n
     return np.asarray(window_centres(rx, it.bounds, dt) - window_centres(tx, it.bounds, dt))
 
 
+def coarsened(tx: np.ndarray, rx: np.ndarray, it: Iterations, dt: float, clock_s: float
+              ) -> tuple[np.ndarray, np.ndarray, Iterations, float]:
+    """(tx, rx, iterations, dt) in bins about as long as two hosts' clocks
+    may be apart (`clock_s`): no collective here to align the clocks on, so
+    a send and its receive are only sure to meet in bins that long, up to
+    one bin apart. Not in more lags of finer samples: the real job's
+    transfers come every 100 ms, and at 50 ms a lag of two lined every
+    stage up with the next one's (non-neighbours 0.3, as high as
+    neighbours). At 10 ms, too, every transfer is a one-way sample of its
+    own, and the largest of those are left out as random bursts."""
+    f = max(1, int(round(clock_s / dt)))
+    if f == 1:
+        return tx, rx, it, dt
+    n = tx.shape[1] // f * f
+
+    def binned(x: np.ndarray) -> np.ndarray:
+        return np.asarray(x[:, :n].reshape(len(x), -1, f).sum(axis=2) / f)
+    return (binned(tx), binned(rx),
+            Iterations(sync=it.sync // f, bounds=it.bounds // f, period=it.period,
+                       regularity=it.regularity), dt * f)
+
+
 def pipeline_chain(tx: np.ndarray, rx: np.ndarray, lone: np.ndarray, rail_of: np.ndarray,
-                   host_of: np.ndarray, it: Iterations, dt: float, max_lag: int = 1
-                   ) -> Chain | None:
+                   host_of: np.ndarray, it: Iterations, dt: float) -> Chain | None:
     """The stages of a pure pipeline, one host each, or None where the
-    transfers do not make one clear path. `lone`: samples of random one-way
-    bursts and checkpoint writes (partner of nobody), left out. `max_lag`:
-    samples two hosts' clocks may be apart (no collective here to align
-    them on)."""
+    transfers do not make one clear path. Series at about the clocks'
+    spread (`coarsened`). `lone`: samples of random one-way bursts and
+    checkpoint writes (partner of nobody), left out."""
     grid = host_grid(rail_of, host_of)
     if grid is None or not 2 <= len(grid) <= MAX_HOSTS:
         return None
@@ -157,14 +175,14 @@ def pipeline_chain(tx: np.ndarray, rx: np.ndarray, lone: np.ndarray, rail_of: np
     htx, hrx = high_passed(tx, keep, dt), high_passed(rx, keep, dt)
     htx[lone] = 0.0
     hrx[lone] = 0.0
-    w = transfer_matrix(htx, hrx, grid, max_lag)
+    w = transfer_matrix(htx, hrx, grid)
     path = greedy_path(w)
     if path is None:
         return None
     on = np.zeros(w.shape, dtype=bool)
     for a, b in zip(path, path[1:], strict=False):
         on[a, b] = on[b, a] = True
-    noise = 1.0 / np.sqrt(tx.shape[1])  # how unrelated series of this length correlate
+    noise = 1.0 / np.sqrt(htx.shape[1])  # how unrelated series of this length correlate
     weakest = float(w[on].min())
     if weakest < SIGNIFICANCE * noise:
         return None  # some neighbours exchange nothing visible: no pipeline shown
@@ -180,9 +198,9 @@ def pipeline_chain(tx: np.ndarray, rx: np.ndarray, lone: np.ndarray, rail_of: np
     if off.any():
         margins = []
         blocks = int(np.clip(it.count // BLOCK_ITERATIONS, 3, MAX_BLOCKS))
-        for part in np.array_split(np.arange(tx.shape[1]), blocks):
+        for part in np.array_split(np.arange(htx.shape[1]), blocks):
             sl = slice(int(part[0]), int(part[-1]) + 1)
-            wb = transfer_matrix(htx[:, sl], hrx[:, sl], grid, max_lag)
+            wb = transfer_matrix(htx[:, sl], hrx[:, sl], grid)
             again = greedy_path(wb)
             if again is None or _edges(again) != _edges(path):
                 return None

@@ -11,7 +11,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from controller.pipeline_only import greedy_path, pipeline_chain
+from controller.pipeline_only import coarsened, greedy_path, pipeline_chain
 from controller.timing import Iterations
 from testbed.train_job import one_f_one_b
 
@@ -20,7 +20,7 @@ F_S, B_S, OPT_S, MB = 0.1, 0.2, 0.15, 4
 
 
 def pipeline_traffic(order: list[int], rails: int, iterations: int, rng: np.random.Generator,
-                     shuffle_transfers: bool = False
+                     shuffle_transfers: bool = False, dt: float = DT
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Iterations]:
     """(tx, rx, rail_of, host_of, iterations) of a 1F1B pipeline whose stage
     s runs on host order[s] with one endpoint per rail. shuffle_transfers:
@@ -51,25 +51,25 @@ def pipeline_traffic(order: list[int], rails: int, iterations: int, rng: np.rand
                         to = int(rng.choice([x for x in range(pp) if x != s]))
                     events.append((end(s, k), s, to))
         t0 = max(end(s, len(steps[s]) - 1) for s in range(pp)) + OPT_S
-    n = int(t0 / DT) + 1
+    n = int(t0 / dt) + 1
     hosts = pp
-    tx = rng.normal(2e6, 5e5, (hosts * rails, n)).clip(0) * DT
-    rx = rng.normal(2e6, 5e5, (hosts * rails, n)).clip(0) * DT
+    tx = rng.normal(2e6, 5e5, (hosts * rails, n)).clip(0) * dt
+    rx = rng.normal(2e6, 5e5, (hosts * rails, n)).clip(0) * dt
     clock = rng.uniform(-0.02, 0.02, hosts)
     for when, s, to in events:
         a, b = order[s], order[to]
         for r in range(rails):
-            tx[a * rails + r, int((when + clock[a]) / DT)] += 30e6
-            rx[b * rails + r, int((when + clock[b]) / DT)] += 30e6
+            tx[a * rails + r, int((when + clock[a]) / dt)] += 30e6
+            rx[b * rails + r, int((when + clock[b]) / dt)] += 30e6
     for _ in range(hosts * rails * iterations // 4):  # one-way bursts of hundreds of MB
         e, k = rng.integers(hosts * rails), rng.integers(n)
         (tx if rng.random() < 0.5 else rx)[e, k] += rng.uniform(20e6, 600e6)
-    sync = (np.asarray(starts) / DT).astype(np.int64)
+    sync = (np.asarray(starts) / dt).astype(np.int64)
     it = Iterations(sync=sync, bounds=sync, period=float(np.median(np.diff(starts))),
                     regularity=1.0)
     rail_of = np.tile(np.arange(rails), hosts)
     host_of = np.repeat(np.arange(hosts), rails)
-    return tx / DT, rx / DT, rail_of, host_of, it
+    return tx / dt, rx / dt, rail_of, host_of, it
 
 
 def lone_of(tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
@@ -89,6 +89,20 @@ def test_a_pure_pipeline_is_read_in_order_from_its_transfers(pp: int, rails: int
     assert chain.oriented, chain.notes
     assert [sorted(host_of[s].tolist()) for s in chain.stages] == [[h] * rails for h in order]
     assert all(sorted(rail_of[s].tolist()) == list(range(rails)) for s in chain.stages)
+
+
+def test_hosts_clocks_apart_by_more_than_a_fine_sample_still_chain() -> None:
+    """At 10 ms samples, clocks 20 ms apart put a send and its receive
+    several samples apart: transfers are compared in bins as long as the
+    clocks may disagree."""
+    rng = np.random.default_rng(8)
+    order = [2, 0, 3, 1]
+    tx, rx, rail_of, host_of, it = pipeline_traffic(order, 2, 30, rng, dt=0.01)
+    tx, rx, it, dt = coarsened(tx, rx, it, 0.01, 0.05)
+    assert dt == pytest.approx(0.05)
+    chain = pipeline_chain(tx, rx, lone_of(tx, rx), rail_of, host_of, it, dt)
+    assert chain is not None and chain.oriented, chain
+    assert [int(host_of[s][0]) for s in chain.stages] == order
 
 
 def test_transfers_that_make_no_path_make_no_pipeline() -> None:

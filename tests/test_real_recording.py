@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from netskel.cli import main
 from netskel.scoring import score_skeleton
 
@@ -25,12 +27,16 @@ def test_infer_on_the_recorded_gloo_job_is_exact(tmp_path: Path) -> None:
     assert score["recall"] == 1.0 and score["precision"] == 1.0, score
 
 
-def test_infer_on_the_recorded_pure_pipeline_is_exact(tmp_path: Path) -> None:
-    """The same job with one replica (NETSKEL_TORCH_SHAPE=4x1): no gradient
-    all-reduce at all, so stages, order and partners come from the
-    transfers alone (controller/pipeline_only.py); before, it read as one
-    stage of four replicas and kept every pair."""
-    rec = Path(__file__).parent / "data" / "gloo-pp4dp1"
+@pytest.mark.parametrize("name", ["gloo-pp4dp1", "gloo-pp2dp1", "gloo-pp1dp2"])
+def test_infer_with_one_replica_or_two_hosts_is_exact(tmp_path: Path, name: str) -> None:
+    """The same job in other shapes (NETSKEL_TORCH_SHAPE=4x1, 2x1, 1x2).
+    With one replica there is no gradient all-reduce at all, so stages,
+    order and partners come from the transfers alone
+    (controller/pipeline_only.py): pp4 read as one stage of four replicas
+    keeping every pair, pp2 as dp2 at confidence 1.0. On two hosts a
+    pipeline and an all-reduce look alike but for 1F1B's shape, and the
+    all-reduce must stay dp2."""
+    rec = Path(__file__).parent / "data" / name
     out = tmp_path / "skeleton.json"
     assert main(["infer", "--topology", str(rec / "topology.json"),
                  "--throughput", str(rec / "throughput.parquet"), "-o", str(out)]) == 0
