@@ -468,7 +468,10 @@ def rail_tensor_split(containers: list[np.ndarray], fine: np.ndarray, rail_of: n
     the two must agree (on the dev set's tp8 jobs the halves' chance splits
     never did), and the split must hold container by container (its
     within-minus-across correlation SIGNIFICANCE standard errors above
-    zero). Containers must all hold the same four rails or more."""
+    zero). Containers must all hold the same four rails or more, and the
+    groups must be runs of consecutive rails (local ranks): a simulated
+    dp2 tp8 pp4 job read tp4 at confidence 0.99 from rails {0, 2, 4, 5}
+    against {1, 3, 6, 7}, a split both halves happened to agree on."""
     if len(containers) < 4 or any(len(m) < 4 for m in containers):
         return None
     rails = np.sort(rail_of[containers[0]])
@@ -490,6 +493,8 @@ def rail_tensor_split(containers: list[np.ndarray], fine: np.ndarray, rail_of: n
     if not np.array_equal(a[:, None] == a[None, :], b[:, None] == b[None, :]):
         return None
     labels = splits[0]
+    if np.count_nonzero(np.diff(labels)) != int(labels.max()):
+        return None  # not consecutive local ranks: no layout Megatron makes
     d = []
     for at, c in per:
         lab = labels[at]

@@ -1157,6 +1157,20 @@ def test_tensor_groups_too_faint_in_one_container_show_in_all_of_them():
     assert rail_tensor_split(conts, fine, rail_of) is None
 
 
+def test_tensor_groups_of_rails_out_of_local_rank_order_are_chance():
+    """Megatron's tensor groups are consecutive local ranks (rails 0-3 and
+    4-7 for tp4 on 8 GPUs). Rails that move together in any other layout
+    are chance (a simulated dp2 tp8 pp4 job beside another read tp4 at
+    confidence 0.99, rails {0, 2, 4, 5} against {1, 3, 6, 7}): no split."""
+    from controller.skeleton import rail_tensor_split
+
+    rng = np.random.default_rng(13)
+    conts, fine, rail_of = _tensor_containers(rng, 16, 60, 1.0)
+    assert rail_tensor_split(conts, fine, rail_of) is not None
+    interleaved = np.tile(np.array([0, 2, 4, 6, 1, 3, 5, 7]), 16)  # groups: even / odd rails
+    assert rail_tensor_split(conts, fine, interleaved) is None
+
+
 def test_containers_on_different_rails_are_not_pooled():
     from controller.skeleton import rail_tensor_split
 
