@@ -1119,20 +1119,30 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     tp = max(set(sizes), key=sizes.count) if sizes else 1
     notes: list[str] = []
     widened = False
+    sym_wobble = activity_wobble(sym, mask, it, r.dt, groups)
+    ep, ep_groups = expert_groups(sym_wobble, groups)
     if pp > 1:
         ntx, nrx = (_group_residual(v, groups) for v in (htx, hrx))
         level = [float(np.median(offset[st])) for st in stage_sets]
         gaps = [abs(b - a) / r.dt for a, b in zip(level, level[1:], strict=False)]
-        more, chain_notes = chain_replicas(stage_units, wobble, rail_of, ntx, nrx, gaps,
-                                           max_lag=int(r.dt <= MAX_TRANSFER_LAG_S))
+        merged = expert_units(stage_units, ep_groups, n)
+        if merged is not None:
+            # An expert group's replicas wait for each other at every
+            # all-to-all: their pace is one, and so is the timing of their
+            # transfers. Whole groups are chained (their pace averaged over
+            # all members), and within a matched pair of groups every cross
+            # pair is kept.
+            notes.append(f"expert groups of {ep}: partners chained group by group, every "
+                         "cross pair within matched groups kept")
+            widened = True
+        more, chain_notes = chain_replicas(merged or stage_units, wobble, rail_of, ntx, nrx,
+                                           gaps, max_lag=int(r.dt <= MAX_TRANSFER_LAG_S))
         chunks.extend(more)
         notes.extend(chain_notes)
-        widened = bool(chain_notes)  # each note is a boundary whose partners stayed open
+        widened = widened or bool(chain_notes)  # each note: a boundary whose partners stayed open
     if n % (tp * pp):
         notes.append(f"{n} endpoints do not divide into tp={tp} x pp={pp}")
     dp = max(1, n // (tp * pp))
-    sym_wobble = activity_wobble(sym, mask, it, r.dt, groups)
-    ep, ep_groups = expert_groups(sym_wobble, groups)
     # Honest confidence: iterations must repeat, and the stage structure must
     # be clear. A single stage is only as credible as no split is visible.
     quality = split.separation if pp > 1 else max(0.0, 1.0 - split.best_other)
@@ -1243,6 +1253,46 @@ def expert_groups(wobble: np.ndarray, dp_groups: list[np.ndarray]
         found += [members[labels == c] for c in range(g)]
     ep = max(set(sizes), key=sizes.count) if sizes else 1
     return ep, [f for f in found if len(f) == ep] if ep > 1 else []
+
+
+def _root(parent: list[int], a: int) -> int:
+    while parent[a] != a:
+        parent[a] = parent[parent[a]]
+        a = parent[a]
+    return a
+
+
+def expert_units(stage_units: list[list[np.ndarray]], ep_groups: list[np.ndarray], n: int
+                 ) -> list[list[np.ndarray]] | None:
+    """Each stage's replica units merged by expert group (units that share
+    an expert group on any rail: groups show on some rails and not others),
+    or None unless every unit is in one and every stage falls into two or
+    more merged units of equal size."""
+    if not ep_groups:
+        return None
+    label = np.full(n, -1, dtype=np.int64)
+    for g, members in enumerate(ep_groups):
+        label[members] = g
+    out = []
+    for units in stage_units:
+        parent = list(range(len(units)))
+        owner: dict[int, int] = {}
+        for i, u in enumerate(units):
+            seen = [g for g in np.unique(label[u]).tolist() if g >= 0]
+            if not seen:
+                return None
+            for g in seen:
+                if g in owner:
+                    parent[_root(parent, i)] = _root(parent, owner[g])
+                else:
+                    owner[g] = i
+        merged: dict[int, list[np.ndarray]] = defaultdict(list)
+        for i, u in enumerate(units):
+            merged[_root(parent, i)].append(u)
+        if len(merged) < 2 or len({len(v) for v in merged.values()}) != 1:
+            return None
+        out.append([np.concatenate(v) for v in merged.values()])
+    return out
 
 
 def _network_pairs(chunks: list[np.ndarray], host_of: np.ndarray) -> np.ndarray:

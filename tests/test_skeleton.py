@@ -1270,3 +1270,23 @@ def test_a_pure_data_parallel_job_does_not_vouch_for_its_tensor_groups():
     got, _ = run_infer([JobShape("j", dp=4, tp=8, pp=4)], Noise(duration_s=60, shuffle=False),
                        seed=3)
     assert not any("tp not vouched for" in n for n in got["j"].notes)
+
+
+def test_replicas_are_merged_by_the_expert_groups_seen_on_any_rail():
+    """Expert groups show on some rails and not others; the replicas (units)
+    they join are merged per stage. Unequal merges, or a replica in no
+    group, leave the units as they are."""
+    from controller.skeleton import expert_units
+
+    # Two stages of four replicas, two endpoints (rails 0, 1) each:
+    # endpoints 8 * s + 2 * r + rail.
+    units = [[np.array([8 * s + 2 * r, 8 * s + 2 * r + 1]) for r in range(4)] for s in range(2)]
+    groups = [np.array([0, 2]), np.array([5, 7]),  # stage 0: rail 0 pairs r0+r1, rail 1 r2+r3
+              np.array([8, 10]), np.array([12, 14])]  # stage 1: rail 0 only
+    merged = expert_units(units, groups, 16)
+    assert merged is not None
+    assert [sorted(map(sorted, (u.tolist() for u in st))) for st in merged] == [
+        [[0, 1, 2, 3], [4, 5, 6, 7]], [[8, 9, 10, 11], [12, 13, 14, 15]]]
+    assert expert_units(units, groups[:3], 16) is None  # stage 1's replicas 2 and 3 in no group
+    lopsided = [np.array([0, 2]), np.array([2, 4]), np.array([5, 7])] + groups[2:]
+    assert expert_units(units, lopsided, 16) is None  # one merge of three, one alone
