@@ -9,7 +9,9 @@ Follows the physics of real training (controller/timing.py says why):
 3. Stages: each endpoint's reduction time within the iteration, relative to
    the job: stages reduce one microbatch's backward apart, last stage first,
    far more than clocks disagree. Equal levels of those offsets, each with
-   the same share of every rail, are the stages, ordered latest-first.
+   the same share of every rail, are the stages, ordered latest-first. A
+   job with no data-parallel collective at all (dp = 1) is read from its
+   transfers instead (controller/pipeline_only.py).
 4. Data-parallel groups: one stage's endpoints on one rail (a collective's
    members burst together; NCCL keeps it on the rail).
 5. Partners in adjacent stages: each replica keeps its own pace (stragglers,
