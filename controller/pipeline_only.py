@@ -35,6 +35,7 @@ SIGNIFICANCE = 4.0  # standard errors by which the path must stand out
 MAX_HOSTS = 64  # more stages than this is no pipeline anyone runs
 BLOCK_ITERATIONS = 4  # iterations per stretch that must find the path alone...
 MAX_BLOCKS = 8  # ...in at most this many stretches, at least three
+UNEVEN_SHARE = 0.5  # a host pair exchanging under this share of another's is no collective's
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,44 @@ def greedy_path(w: np.ndarray) -> list[int] | None:
     while len(path) < n:
         path.append(next(x for x in nbrs[path[-1]] if len(path) < 2 or x != path[-2]))
     return path
+
+
+def uneven_exchange(tx: np.ndarray, rx: np.ndarray, lone: np.ndarray, rail_of: np.ndarray,
+                    host_of: np.ndarray, it: Iterations, dt: float) -> float | None:
+    """How clearly some host pair exchanges less than another (a t value),
+    or None where it cannot be asked (fewer than three hosts, hosts not one
+    endpoint per rail, too few iterations) or the weaker pair exchanges
+    more than UNEVEN_SHARE of the stronger one's. In one collective every member
+    bursts with every other at once, so all host pairs look alike (a real
+    gloo dp4 at 0.25 s: 0.57-0.73); in a pipeline far stages exchange
+    nothing (the real pp4 x dp1 at 0.25 s: 0.02 against 0.57), even where
+    coarse samples hide which neighbours are which. The pairs are chosen on
+    the recording's first half and tested on the second half's stretches
+    (a pair chosen for being extreme would pass any test on the data that
+    chose it)."""
+    grid = host_grid(rail_of, host_of)
+    blocks = int(np.clip(it.count // BLOCK_ITERATIONS, 3, MAX_BLOCKS // 2))
+    if grid is None or not 3 <= len(grid) <= MAX_HOSTS or it.count < 2 * blocks:
+        return None  # (more hosts than any pipeline has stages: not a pipeline's question)
+    keep = np.zeros(tx.shape, dtype=bool)
+    htx, hrx = high_passed(tx, keep, dt), high_passed(rx, keep, dt)
+    htx[lone] = 0.0
+    hrx[lone] = 0.0
+    half = tx.shape[1] // 2
+    w = transfer_matrix(htx[:, :half], hrx[:, :half], grid)
+    iu, ju = np.triu_indices(len(w), k=1)
+    hi, lo = int(np.argmax(w[iu, ju])), int(np.argmin(w[iu, ju]))
+    strong, weak = [], []
+    for part in np.array_split(np.arange(half, tx.shape[1]), blocks):
+        wb = transfer_matrix(htx[:, part[0]:part[-1] + 1], hrx[:, part[0]:part[-1] + 1], grid)
+        strong.append(float(wb[iu[hi], ju[hi]]))
+        weak.append(float(wb[iu[lo], ju[lo]]))
+    a, b = np.asarray(strong), np.asarray(weak)
+    if not b.mean() < UNEVEN_SHARE * a.mean():
+        return None
+    d = a - b
+    spread = float(d.std(ddof=1))
+    return float(d.mean() / (spread / np.sqrt(len(d)))) if spread > 0 else float("inf")
 
 
 def _edges(path: list[int]) -> set[tuple[int, int]]:

@@ -33,7 +33,7 @@ import numpy as np
 
 from controller.grouping import average_linkage, cut, max_assignment
 from controller.pinglist import id_hash, owner_bits
-from controller.pipeline_only import coarsened, pipeline_chain
+from controller.pipeline_only import coarsened, pipeline_chain, uneven_exchange
 from controller.timing import (
     Iterations,
     activity_wobble,
@@ -1156,6 +1156,17 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         notes.append(f"stage(s) {scattered}: endpoints reduce further apart than clocks and "
                      "sampling allow, so they are no single collective: structure in doubt")
         confidence = min(confidence, WIDENED_CONFIDENCE)
+    if pp == 1 and not scattered:
+        # One collective: every member bursts with every other at once. Host
+        # pairs of which one exchanges clearly less than another are no
+        # such thing (a pure pipeline at samples too coarse to chain it).
+        ctx, crx, cit, cdt = coarsened(tx, rx, it, r.dt, CLOCK_SPREAD_S)
+        lone = one_way_outliers(ctx, crx, np.zeros(ctx.shape, dtype=bool))
+        t = uneven_exchange(ctx, crx, lone, rail_of, host_of, cit, cdt)
+        if t is not None and t >= SIGNIFICANCE:
+            notes.append(f"one stage, yet some hosts exchange far less than others (t = {t:.1f}): "
+                         "no single collective, structure in doubt")
+            confidence = min(confidence, WIDENED_CONFIDENCE)
     if pp == 1 and it.period < MIN_SAMPLES_PER_ITERATION * r.dt:
         # Stages reduce one microbatch's backward apart, a small part of the
         # iteration: with a handful of samples per iteration no split could

@@ -45,3 +45,45 @@ def test_infer_with_one_replica_or_two_hosts_is_exact(tmp_path: Path, name: str)
     assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
     assert score["recall"] == 1.0 and score["precision"] == 1.0, score
     assert doc["jobs"][0]["confidence"] > 0.5
+
+
+def _coarser(rec: Path, out: Path, interval_s: float) -> None:
+    """The recording as a sampler every `interval_s` would have read it (the
+    counters are cumulative: keep each endpoint's first sample per slot)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    out.mkdir()
+    (out / "topology.json").write_bytes((rec / "topology.json").read_bytes())
+    t = pq.read_table(rec / "throughput.parquet")
+    ts = t.column("ts").to_numpy()
+    ep = np.asarray(t.column("endpoint").to_pylist(), dtype=object)
+    keep = np.zeros(len(ts), dtype=bool)
+    for e in set(ep.tolist()):
+        rows = np.flatnonzero(ep == e)
+        slot = np.floor((ts[rows] - ts[rows].min()) / interval_s)
+        keep[rows[np.r_[True, np.diff(slot) > 0]]] = True
+    pq.write_table(t.filter(keep), out / "throughput.parquet")
+
+
+@pytest.mark.parametrize("name", ["gloo-pp4dp1", "gloo-pp1dp4"])
+def test_at_coarse_samples_one_stage_is_vouched_for_only_if_it_is_one_collective(
+        tmp_path: Path, name: str) -> None:
+    """At 0.25 s the real pure pipeline's transfers no longer chain, and it
+    reads as one stage of four. Its far stages exchange nothing, unlike one
+    collective's members: that answer must not carry confidence above 0.5
+    (it did at 0.85). The real pure data-parallel job keeps its right
+    answer and its confidence."""
+    rec = Path(__file__).parent / "data" / name
+    coarse = tmp_path / "coarse"
+    _coarser(rec, coarse, 0.25)
+    out = tmp_path / "skeleton.json"
+    assert main(["infer", "--topology", str(coarse / "topology.json"),
+                 "--throughput", str(coarse / "throughput.parquet"), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    [score] = score_skeleton(json.loads((rec / "truth.json").read_text()), doc)
+    assert score["recall"] == 1.0, score
+    if name == "gloo-pp1dp4":
+        assert score["parallelism_ok"] and doc["jobs"][0]["confidence"] > 0.5, (score, doc)
+    else:
+        assert score["parallelism_ok"] or doc["jobs"][0]["confidence"] <= 0.5, (score, doc)
