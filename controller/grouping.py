@@ -63,20 +63,21 @@ def _scipy_merges(z: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def find_root(parent: list[int], x: int) -> int:
+    """Union-find: x's set representative, halving the path on the way."""
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
 def cut(merges: np.ndarray, n: int, groups: int) -> np.ndarray:
     """Cluster labels 0..groups-1 (numbered by first point) after all but
     the last groups - 1 merges."""
-    parent = np.arange(n)
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = int(parent[x])
-        return x
-
+    parent = list(range(n))
     for i, j in merges[: max(0, n - groups)].tolist():
-        parent[root(j)] = root(i)
-    roots = np.array([root(x) for x in range(n)])
+        parent[find_root(parent, j)] = find_root(parent, i)
+    roots = np.array([find_root(parent, x) for x in range(n)])
     _, labels = np.unique(roots, return_inverse=True)
     return np.asarray(labels, dtype=np.int64)
 

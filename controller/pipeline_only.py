@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from controller.grouping import find_root
 from controller.timing import Iterations, high_passed, window_centres
 
 SIGNIFICANCE = 4.0  # standard errors by which the path must stand out
@@ -93,22 +94,15 @@ def greedy_path(w: np.ndarray) -> list[int] | None:
     if n < 2:
         return None
     parent = list(range(n))
-
-    def root(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
     degree = np.zeros(n, dtype=np.int64)
     nbrs: list[list[int]] = [[] for _ in range(n)]
     iu, ju = np.triu_indices(n, k=1)
     taken = 0
     for k in np.argsort(-w[iu, ju], kind="stable"):
         a, b = int(iu[k]), int(ju[k])
-        if degree[a] >= 2 or degree[b] >= 2 or root(a) == root(b):
+        if degree[a] >= 2 or degree[b] >= 2 or find_root(parent, a) == find_root(parent, b):
             continue
-        parent[root(a)] = root(b)
+        parent[find_root(parent, a)] = find_root(parent, b)
         degree[a] += 1
         degree[b] += 1
         nbrs[a].append(b)

@@ -31,7 +31,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from controller.grouping import average_linkage, cut, max_assignment
+from controller.grouping import average_linkage, cut, find_root, max_assignment
 from controller.pinglist import id_hash, owner_bits
 from controller.pipeline_only import coarsened, pipeline_chain, uneven_exchange
 from controller.timing import (
@@ -1268,13 +1268,6 @@ def expert_groups(wobble: np.ndarray, dp_groups: list[np.ndarray]
     return ep, [f for f in found if len(f) == ep] if ep > 1 else []
 
 
-def _root(parent: list[int], a: int) -> int:
-    while parent[a] != a:
-        parent[a] = parent[parent[a]]
-        a = parent[a]
-    return a
-
-
 def expert_units(stage_units: list[list[np.ndarray]], ep_groups: list[np.ndarray], n: int
                  ) -> list[list[np.ndarray]] | None:
     """Each stage's replica units merged by expert group (units that share
@@ -1296,12 +1289,12 @@ def expert_units(stage_units: list[list[np.ndarray]], ep_groups: list[np.ndarray
                 return None
             for g in seen:
                 if g in owner:
-                    parent[_root(parent, i)] = _root(parent, owner[g])
+                    parent[find_root(parent, i)] = find_root(parent, owner[g])
                 else:
                     owner[g] = i
         merged: dict[int, list[np.ndarray]] = defaultdict(list)
         for i, u in enumerate(units):
-            merged[_root(parent, i)].append(u)
+            merged[find_root(parent, i)].append(u)
         if len(merged) < 2 or len({len(v) for v in merged.values()}) != 1:
             return None
         out.append([np.concatenate(v) for v in merged.values()])
