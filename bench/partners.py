@@ -40,7 +40,6 @@ from controller.skeleton import (  # noqa: E402
     CLOCK_SPREAD_S,
     _group_residual,
     aligned_transfer_scores,
-    one_way_outliers,
     transfer_scores,
     transfer_series,
 )
@@ -49,6 +48,7 @@ from controller.timing import (  # noqa: E402
     collective_offsets,
     find_iterations,
     on_one_clock,
+    one_way_outliers,
     reduction_bursts,
     symmetric,
 )

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.grouping import find_root
-from controller.timing import Iterations, high_passed, window_centres
+from controller.timing import Iterations, high_passed, one_way_outliers, window_centres
 
 SIGNIFICANCE = 4.0  # standard errors by which the path must stand out
 MAX_HOSTS = 64  # more stages than this is no pipeline anyone runs
@@ -118,8 +118,8 @@ def greedy_path(w: np.ndarray) -> list[int] | None:
     return path
 
 
-def uneven_exchange(tx: np.ndarray, rx: np.ndarray, lone: np.ndarray, rail_of: np.ndarray,
-                    host_of: np.ndarray, it: Iterations, dt: float) -> float | None:
+def uneven_exchange(tx: np.ndarray, rx: np.ndarray, rail_of: np.ndarray, host_of: np.ndarray,
+                    it: Iterations, dt: float, clock_s: float) -> float | None:
     """How clearly some host pair exchanges less than another (a t value),
     or None where it cannot be asked (fewer than three hosts, hosts not one
     endpoint per rail, too few iterations) or the weaker pair exchanges
@@ -135,16 +135,13 @@ def uneven_exchange(tx: np.ndarray, rx: np.ndarray, lone: np.ndarray, rail_of: n
     blocks = int(np.clip(it.count // BLOCK_ITERATIONS, 3, MAX_BLOCKS // 2))
     if grid is None or not 3 <= len(grid) <= MAX_HOSTS or it.count < 2 * blocks:
         return None  # (more hosts than any pipeline has stages: not a pipeline's question)
-    keep = np.zeros(tx.shape, dtype=bool)
-    htx, hrx = high_passed(tx, keep, dt), high_passed(rx, keep, dt)
-    htx[lone] = 0.0
-    hrx[lone] = 0.0
-    half = tx.shape[1] // 2
+    _, _, _, htx, hrx, _, _ = _prepared(tx, rx, it, dt, clock_s)
+    half = htx.shape[1] // 2
     w = transfer_matrix(htx[:, :half], hrx[:, :half], grid)
     iu, ju = np.triu_indices(len(w), k=1)
     hi, lo = int(np.argmax(w[iu, ju])), int(np.argmin(w[iu, ju]))
     strong, weak = [], []
-    for part in np.array_split(np.arange(half, tx.shape[1]), blocks):
+    for part in np.array_split(np.arange(half, htx.shape[1]), blocks):
         wb = transfer_matrix(htx[:, part[0]:part[-1] + 1], hrx[:, part[0]:part[-1] + 1], grid)
         strong.append(float(wb[iu[hi], ju[hi]]))
         weak.append(float(wb[iu[lo], ju[lo]]))
@@ -195,19 +192,31 @@ def coarsened(tx: np.ndarray, rx: np.ndarray, it: Iterations, dt: float, clock_s
                        regularity=it.regularity), dt * f)
 
 
-def pipeline_chain(tx: np.ndarray, rx: np.ndarray, lone: np.ndarray, rail_of: np.ndarray,
-                   host_of: np.ndarray, it: Iterations, dt: float) -> Chain | None:
+def _prepared(tx: np.ndarray, rx: np.ndarray, it: Iterations, dt: float, clock_s: float
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Iterations,
+                         float]:
+    """(tx, rx, lone, high-passed tx, high-passed rx, iterations, dt), all at
+    the clocks' spread (`coarsened`). `lone`: samples of random one-way
+    bursts and checkpoint writes (partner of nobody), zero in the
+    high-passed series."""
+    ctx, crx, cit, cdt = coarsened(tx, rx, it, dt, clock_s)
+    keep = np.zeros(ctx.shape, dtype=bool)
+    lone = one_way_outliers(ctx, crx, keep)
+    htx, hrx = high_passed(ctx, keep, cdt), high_passed(crx, keep, cdt)
+    htx[lone] = 0.0
+    hrx[lone] = 0.0
+    return ctx, crx, lone, htx, hrx, cit, cdt
+
+
+def pipeline_chain(tx: np.ndarray, rx: np.ndarray, rail_of: np.ndarray, host_of: np.ndarray,
+                   it: Iterations, dt: float, clock_s: float) -> Chain | None:
     """The stages of a pure pipeline, one host each, or None where the
-    transfers do not make one clear path. Series at about the clocks'
-    spread (`coarsened`). `lone`: samples of random one-way bursts and
-    checkpoint writes (partner of nobody), left out."""
+    transfers do not make one clear path. Read at the clocks' spread
+    (`clock_s`, `coarsened`)."""
     grid = host_grid(rail_of, host_of)
     if grid is None or not 2 <= len(grid) <= MAX_HOSTS:
         return None
-    keep = np.zeros(tx.shape, dtype=bool)
-    htx, hrx = high_passed(tx, keep, dt), high_passed(rx, keep, dt)
-    htx[lone] = 0.0
-    hrx[lone] = 0.0
+    tx, rx, lone, htx, hrx, it, dt = _prepared(tx, rx, it, dt, clock_s)
     w = transfer_matrix(htx, hrx, grid)
     path = greedy_path(w)
     if path is None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from controller.grouping import average_linkage, cut, find_root, max_assignment
 from controller.pinglist import id_hash, owner_bits
-from controller.pipeline_only import coarsened, pipeline_chain, uneven_exchange
+from controller.pipeline_only import pipeline_chain, uneven_exchange
 from controller.timing import (
     Iterations,
     activity_wobble,
@@ -42,6 +42,7 @@ from controller.timing import (
     find_iterations,
     high_passed,
     on_one_clock,
+    one_way_outliers,
     reduction_bursts,
     symmetric,
 )
@@ -65,7 +66,6 @@ POOLED_SPREAD_ROWS = 8  # rows up to which transfer scores' spread is pooled ove
 CHANCE_AGREEMENT_ROWS = 8
 WIDENED_CONFIDENCE = 0.5  # at most this when some stage boundary kept every cross pair
 MIN_SAMPLES_PER_ITERATION = 4  # fewer: a single stage is no surer than WIDENED_CONFIDENCE
-ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
 MIN_GAP_SAMPLES = 1.0  # adjacent stages' reductions closer than this many samples: no pace
 MIN_TRANSFER_GAP_SAMPLES = 0.5  # ...closer than this: no transfers either, partners unknowable
 MAX_TRANSFER_LAG_S = 0.5  # transfers are compared one sample apart too, where a sample is this or less
@@ -964,17 +964,6 @@ def _near_assignments(c: np.ndarray, cols: np.ndarray, tolerance: float | np.nda
     return [np.flatnonzero(row) for row in _forced_loss(c, cols) <= tolerance]
 
 
-def one_way_outliers(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray,
-                     share: float = ONE_WAY_SHARE) -> np.ndarray:
-    """Each endpoint's samples outside collectives whose |tx - rx| is in the
-    top `share` of its samples (collective ones counted as zero; the
-    threshold from every other sample: a quantile needs no more)."""
-    net = np.abs(tx - rx)
-    net[mask] = 0.0
-    top = np.quantile(net[:, ::2], 1.0 - share, axis=1, keepdims=True)
-    return np.asarray((net > top) & (net > 0))
-
-
 def replica_pace(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray, it: Iterations, dt: float,
                  stage_sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(each endpoint's pace per iteration, `activity_wobble`; the samples
@@ -1160,9 +1149,7 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
         # One collective: every member bursts with every other at once. Host
         # pairs of which one exchanges clearly less than another are no
         # such thing (a pure pipeline at samples too coarse to chain it).
-        ctx, crx, cit, cdt = coarsened(tx, rx, it, r.dt, CLOCK_SPREAD_S)
-        lone = one_way_outliers(ctx, crx, np.zeros(ctx.shape, dtype=bool))
-        t = uneven_exchange(ctx, crx, lone, rail_of, host_of, cit, cdt)
+        t = uneven_exchange(tx, rx, rail_of, host_of, it, r.dt, CLOCK_SPREAD_S)
         if t is not None and t >= SIGNIFICANCE:
             notes.append(f"one stage, yet some hosts exchange far less than others (t = {t:.1f}): "
                          "no single collective, structure in doubt")
@@ -1205,9 +1192,7 @@ def pure_pipeline(job: str, eps: list[str], tx: np.ndarray, rx: np.ndarray, rail
                   host_of: np.ndarray, it: Iterations, dt: float) -> Skeleton | None:
     """A job with no data-parallel collective as a pure pipeline
     (controller/pipeline_only.py), or None where its transfers make none."""
-    ctx, crx, cit, cdt = coarsened(tx, rx, it, dt, CLOCK_SPREAD_S)
-    lone = one_way_outliers(ctx, crx, np.zeros(ctx.shape, dtype=bool))
-    chain = pipeline_chain(ctx, crx, lone, rail_of, host_of, cit, cdt)
+    chain = pipeline_chain(tx, rx, rail_of, host_of, it, dt, CLOCK_SPREAD_S)
     if chain is None:
         return None
     st = chain.stages

@@ -50,6 +50,7 @@ MIN_ITERATIONS = 5
 WHOLE_JOB = 0.75
 REGULAR_TOLERANCE = 0.25  # an iteration is regular within this fraction of the period
 OUTLIER_SAMPLES = 1.5  # an iteration's centre further than this many samples from the median...
+ONE_WAY_SHARE = 0.03  # an endpoint's samples with the largest one-way bytes, left out of transfer scores
 OUTLIER_MADS = 3.0  # ...plus this many robust deviations is a stall or straggler, left out
 
 
@@ -387,3 +388,14 @@ def running_mean(y: np.ndarray, w: int, rows: int = 256) -> np.ndarray:
         low = c[:, 0:n]
         out[lo:lo + rows] = (hi - low) / w
     return out
+
+
+def one_way_outliers(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray,
+                     share: float = ONE_WAY_SHARE) -> np.ndarray:
+    """Each endpoint's samples outside collectives whose |tx - rx| is in the
+    top `share` of its samples (collective ones counted as zero; the
+    threshold from every other sample: a quantile needs no more)."""
+    net = np.abs(tx - rx)
+    net[mask] = 0.0
+    top = np.quantile(net[:, ::2], 1.0 - share, axis=1, keepdims=True)
+    return np.asarray((net > top) & (net > 0))

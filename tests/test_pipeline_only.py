@@ -72,19 +72,13 @@ def pipeline_traffic(order: list[int], rails: int, iterations: int, rng: np.rand
     return tx / dt, rx / dt, rail_of, host_of, it
 
 
-def lone_of(tx: np.ndarray, rx: np.ndarray) -> np.ndarray:
-    from controller.skeleton import one_way_outliers
-
-    return one_way_outliers(tx, rx, np.zeros(tx.shape, dtype=bool))
-
-
 @pytest.mark.parametrize("pp,rails,seed", [(4, 1, 1), (6, 2, 2), (8, 4, 3), (2, 8, 4)])
 def test_a_pure_pipeline_is_read_in_order_from_its_transfers(pp: int, rails: int, seed: int
                                                               ) -> None:
     rng = np.random.default_rng(seed)
     order = [int(x) for x in rng.permutation(pp)]
     tx, rx, rail_of, host_of, it = pipeline_traffic(order, rails, 30, rng)
-    chain = pipeline_chain(tx, rx, lone_of(tx, rx), rail_of, host_of, it, DT)
+    chain = pipeline_chain(tx, rx, rail_of, host_of, it, DT, DT)
     assert chain is not None
     assert chain.oriented, chain.notes
     assert [sorted(host_of[s].tolist()) for s in chain.stages] == [[h] * rails for h in order]
@@ -98,9 +92,8 @@ def test_hosts_clocks_apart_by_more_than_a_fine_sample_still_chain() -> None:
     rng = np.random.default_rng(8)
     order = [2, 0, 3, 1]
     tx, rx, rail_of, host_of, it = pipeline_traffic(order, 2, 30, rng, dt=0.01)
-    tx, rx, it, dt = coarsened(tx, rx, it, 0.01, 0.05)
-    assert dt == pytest.approx(0.05)
-    chain = pipeline_chain(tx, rx, lone_of(tx, rx), rail_of, host_of, it, dt)
+    assert coarsened(tx, rx, it, 0.01, 0.05)[3] == pytest.approx(0.05)
+    chain = pipeline_chain(tx, rx, rail_of, host_of, it, 0.01, 0.05)
     assert chain is not None and chain.oriented, chain
     assert [int(host_of[s][0]) for s in chain.stages] == order
 
@@ -109,11 +102,11 @@ def test_transfers_that_make_no_path_make_no_pipeline() -> None:
     rng = np.random.default_rng(5)
     tx, rx, rail_of, host_of, it = pipeline_traffic(list(range(6)), 2, 30, rng,
                                                     shuffle_transfers=True)
-    assert pipeline_chain(tx, rx, lone_of(tx, rx), rail_of, host_of, it, DT) is None
+    assert pipeline_chain(tx, rx, rail_of, host_of, it, DT, DT) is None
     # A collective (everyone sends and receives at once) is no pipeline either.
     burst = (rng.random(tx.shape[1]) < 0.1) * 1e10
-    assert pipeline_chain(tx + burst, rx + burst, lone_of(tx, rx), rail_of, host_of, it,
-                          DT) is None
+    assert pipeline_chain(tx + burst, rx + burst, rail_of, host_of, it,
+                          DT, DT) is None
 
 
 def test_hosts_with_uneven_rails_are_left_alone() -> None:
@@ -121,7 +114,7 @@ def test_hosts_with_uneven_rails_are_left_alone() -> None:
     tx, rx, rail_of, host_of, it = pipeline_traffic([0, 1, 2], 2, 10, rng)
     rail_of = rail_of.copy()
     rail_of[0] = 1  # host 0 holds two endpoints on rail 1 and none on rail 0
-    assert pipeline_chain(tx, rx, lone_of(tx, rx), rail_of, host_of, it, DT) is None
+    assert pipeline_chain(tx, rx, rail_of, host_of, it, DT, DT) is None
 
 
 def weight(w: np.ndarray, path: tuple[int, ...]) -> float:

@@ -529,7 +529,7 @@ def test_one_way_bursts_are_left_out_of_transfer_evidence():
     """A one-way burst hundreds of times an activation outweighs every
     transfer in a correlation; it is the endpoint's largest |tx - rx|
     sample. Collective samples (tx = rx, masked) are never flagged."""
-    from controller.skeleton import one_way_outliers
+    from controller.timing import one_way_outliers
 
     rng = np.random.default_rng(0)
     tx = rng.exponential(1.0, (3, 400)).astype(np.float32)
