@@ -149,13 +149,47 @@ def surround(table: pa.Table, truth: dict[str, Any], clean: Path, before: int, a
     return pa.concat_tables([*parts, table.select(cols)]), truth
 
 
+def join(topology: dict[str, Any], truth: dict[str, Any], table: pa.Table, other: Path,
+         lag_s: float = 7.3) -> tuple[dict[str, Any], dict[str, Any], pa.Table]:
+    """Another throughput recording's jobs added to this one, on hosts of
+    their own (its host, NIC, container, endpoint and job names prefixed
+    "j2-"; switches of the same name are the same switch, so both jobs
+    share the fabric), its samples moved to start `lag_s` after this one's:
+    two jobs of different shapes and rhythms in one file, as the held-out
+    set has them, made only of traffic we did not write."""
+    o_topo = json.loads((other / "topology.json").read_text())
+    o_truth = json.loads((other / "truth.json").read_text())
+    o_table = pq.read_table(other / "throughput.parquet")
+    names = {n: "j2-" + n for n in _ids(o_topo)}
+    names.update({j["job"]: "j2-" + j["job"] for j in o_truth["jobs"]})
+    o_topo, o_truth = _rename(o_topo, names), _rename(o_truth, names)
+    o_table = _rename_column(o_table, "endpoint", names)
+    shift = (float(pc.min(table.column("ts")).as_py()) + lag_s
+             - float(pc.min(o_table.column("ts")).as_py()))
+    o_table = o_table.set_column(0, "ts", pc.add(o_table.column("ts"), shift))
+    known = {s["id"] for s in topology["switches"]}
+    topology = dict(topology,
+                    switches=topology["switches"] + [s for s in o_topo["switches"]
+                                                     if s["id"] not in known],
+                    hosts=topology["hosts"] + o_topo["hosts"],
+                    links=topology["links"] + [ln for ln in o_topo["links"]
+                                               if ln["a"] not in known or ln["b"] not in known],
+                    containers=topology["containers"] + o_topo["containers"],
+                    vswitch={**topology.get("vswitch", {}), **o_topo.get("vswitch", {})})
+    truth = dict(truth, jobs=truth["jobs"] + o_truth["jobs"])
+    return topology, truth, pa.concat_tables([table, o_table.select(table.column_names)])
+
+
 def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int,
          routes: float = 1.0, clean: Path | None = None, before: int = 0, after: int = 0,
-         seconds: float | None = None, skip: float = 0.0, missing: float = 0.0) -> str:
+         seconds: float | None = None, skip: float = 0.0, missing: float = 0.0,
+         other: Path | None = None) -> str:
     topology = json.loads((rec / "topology.json").read_text())
     truth = json.loads((rec / "truth.json").read_text())
     data = "throughput.parquet" if (rec / "throughput.parquet").exists() else "probes.parquet"
     table = pq.read_table(rec / data)
+    if other is not None and data == "throughput.parquet" and other.resolve() != rec.resolve():
+        topology, truth, table = join(topology, truth, table, other)
     if seconds and data == "throughput.parquet":
         table = truncate(table, seconds, skip)
     if interval_s and data == "throughput.parquet":
@@ -199,16 +233,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="... starting this long after its first sample")
     ap.add_argument("--missing", type=float, default=0.0,
                     help="share of throughput rows to drop at random")
+    ap.add_argument("--join", type=Path, default=None,
+                    help="a throughput recording whose jobs are added to each (own hosts)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     recs = ([args.src] if (args.src / "truth.json").exists()
             else sorted(p for p in args.src.iterdir() if (p / "truth.json").exists()))
     made = [make(r, args.out, args.interval, args.opaque, args.seed, args.routes, args.clean,
-                 args.before, args.after, args.seconds, args.skip, args.missing)
+                 args.before, args.after, args.seconds, args.skip, args.missing, args.join)
             for r in recs]
     print(json.dumps({"made": made, "interval_s": args.interval, "opaque": args.opaque,
                       "routes": args.routes, "seconds": args.seconds, "skip": args.skip,
-                      "missing": args.missing}))
+                      "missing": args.missing,
+                      "join": str(args.join) if args.join else None}))
     return 0
 
 

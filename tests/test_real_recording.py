@@ -6,8 +6,10 @@ run, also where the testbed cannot be built."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +89,33 @@ def test_at_coarse_samples_one_stage_is_vouched_for_only_if_it_is_one_collective
         assert score["parallelism_ok"] and doc["jobs"][0]["confidence"] > 0.5, (score, doc)
     else:
         assert score["parallelism_ok"] or doc["jobs"][0]["confidence"] <= 0.5, (score, doc)
+
+
+def _variants() -> Any:
+    """bench/variants.py (a script, not a package) loaded as a module."""
+    path = Path(__file__).parent.parent / "bench" / "variants.py"
+    spec = importlib.util.spec_from_file_location("bench_variants", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_two_real_jobs_in_one_file_are_each_exact(tmp_path: Path) -> None:
+    """The held-out set has two jobs in one recording. Two real jobs of
+    different shapes and rhythms (pp4 x dp2 and pp2 x dp1, hosts of their
+    own, the second starting 7.3 s later) in one topology and one
+    throughput file: each job is read from its own members only, so each
+    is as exact as alone."""
+    rec = Path(__file__).parent / "data" / "gloo-pp4dp2"
+    made = Path(_variants().make(rec, tmp_path, None, False, 0,
+                                 other=Path(__file__).parent / "data" / "gloo-pp2dp1"))
+    out = tmp_path / "skeleton.json"
+    assert main(["infer", "--topology", str(made / "topology.json"),
+                 "--throughput", str(made / "throughput.parquet"), "-o", str(out)]) == 0
+    scores = score_skeleton(json.loads((made / "truth.json").read_text()),
+                            json.loads(out.read_text()))
+    assert len(scores) == 2, scores
+    for score in scores:
+        assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
+        assert score["recall"] == 1.0 and score["precision"] == 1.0, score
