@@ -19,7 +19,7 @@ from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.errors import InputError, NotFoundError
 from netskel.grpcserver import Mailbox, Overflow, blocking, map_errors, map_errors_stream
-from netskel.model import AgentState, VSwitchDump, WindowStats
+from netskel.model import AgentState, VSwitchDump
 from netskel.security import ANALYZER, OPERATOR, Guard
 
 log = logging.getLogger(__name__)
@@ -33,14 +33,6 @@ DEFAULT_CHECK_S = 3.0  # active check: probing time when the caller names none
 MAX_CHECK_S = 30.0
 CHECK_SLACK_S = 9.0    # beyond the probing time: probe timeout, route traces, reporting
 CHECK_RATE_HZ = 50.0   # probes per second per target during a check
-
-
-def _prober_silent(a: str, b: str, windows: list[WindowStats], silent: list[str],
-                   unchecked: list[tuple[tuple[str, str], str]]) -> bool:
-    """A pair that was ordered but has no window back: its prober was late."""
-    if not silent or any(p == (a, b) for p, _ in unchecked):
-        return False
-    return not any({w.src, w.dst} == {a, b} for w in windows)
 
 
 class ControllerService(pb_grpc.ControllerServicer):
@@ -146,16 +138,15 @@ class ControllerService(pb_grpc.ControllerServicer):
         timeout = request.timeout_s or duration + CHECK_SLACK_S
         check_id, unchecked = await blocking(
             self.state.start_check, [(p.a, p.b) for p in request.pairs], duration, CHECK_RATE_HZ)
-        windows, silent = await blocking(self.state.wait_check, check_id, timeout)
+        windows, silent, missing = await blocking(self.state.wait_check, check_id, timeout)
         if silent:
             log.warning("check %s: no results from %s", check_id, ", ".join(silent))
+        for (a, b), why in missing:
+            log.warning("check %s: %s - %s not checked: %s", check_id, a, b, why)
         return pb.ActiveCheckResponse(
             windows=[serde.window_to_pb(w) for w in windows],
             unchecked=[pb.UncheckedPair(pair=cpb.EndpointPair(a=a, b=b), reason=why)
-                       for (a, b), why in unchecked]
-            + [pb.UncheckedPair(pair=cpb.EndpointPair(a=p.a, b=p.b),
-                                reason="the prober's agent did not report in time")
-               for p in request.pairs if _prober_silent(p.a, p.b, windows, silent, unchecked)])
+                       for (a, b), why in unchecked + missing])
 
     async def WatchReports(self, request: pb.WatchReportsRequest, context: Ctx
                            ) -> AsyncIterator[pb.ReportEvent]:

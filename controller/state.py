@@ -61,6 +61,7 @@ class ListUpdate:
 @dataclass
 class _PendingCheck:
     waiting: set[str]  # containers that have not reported yet
+    ordered: dict[str, list[tuple[str, str]]]  # prober -> the pairs (as asked) it was told to check
     windows: list[WindowStats] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -361,6 +362,7 @@ class ControllerState:
         with self._lock:
             owner = {k: cid for cid, plist in self.lists.items() for k in plist}
             orders: dict[str, list[Target]] = {}
+            asked: dict[str, list[tuple[str, str]]] = {}
             unchecked: list[tuple[tuple[str, str], str]] = []
             for a, b in pairs:
                 key = (a, b) if (a, b) in owner else (b, a)
@@ -373,8 +375,9 @@ class ControllerState:
                     unchecked.append(((a, b), f"the prober {cid} is not connected"))
                 else:
                     orders.setdefault(cid, []).append(self.lists[cid][key])
+                    asked.setdefault(cid, []).append((a, b))
             check_id = f"chk-{next(self._check_ids)}"
-            pending = _PendingCheck(waiting=set(orders))
+            pending = _PendingCheck(waiting=set(orders), ordered=asked)
             self._checks[check_id] = pending
             for cid, targets in orders.items():
                 order = CheckOrder(check_id, tuple(targets), duration_s, rate_hz)
@@ -402,8 +405,12 @@ class ControllerState:
                 pending.done.set()
             return len(ok), len(windows) - len(ok)
 
-    def wait_check(self, check_id: str, timeout_s: float) -> tuple[list[WindowStats], list[str]]:
-        """(the windows reported, the containers that did not report in time)."""
+    def wait_check(self, check_id: str, timeout_s: float
+                   ) -> tuple[list[WindowStats], list[str], list[tuple[tuple[str, str], str]]]:
+        """(the windows reported, the containers that did not report in time,
+        the ordered pairs without a window and why). A pair its prober
+        reported no window for is named, never left to look checked: the
+        caller would otherwise read an older verdict as the check's."""
         with self._lock:
             pending = self._checks.get(check_id)
         if pending is None:
@@ -411,7 +418,13 @@ class ControllerState:
         pending.done.wait(timeout_s)
         with self._lock:
             self._checks.pop(check_id, None)
-            return list(pending.windows), sorted(pending.waiting)
+            answered = {frozenset((w.src, w.dst)) for w in pending.windows}
+            missing = [(pair, "the prober's agent did not report in time"
+                        if cid in pending.waiting else
+                        f"the prober's agent {cid} reported no window for it")
+                       for cid, asked in sorted(pending.ordered.items()) for pair in asked
+                       if frozenset(pair) not in answered]
+            return list(pending.windows), sorted(pending.waiting), missing
 
     # -- reports ------------------------------------------------------------
     def accept_windows(self, container: str, windows: WindowBatch) -> tuple[int, int]:
