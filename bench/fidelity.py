@@ -8,7 +8,7 @@ then our Prober at 100 probes/s with 64-byte probes for N replies. The
 kernel answers ping in its softirq, so ping's RTT is the path's floor plus
 one send and one receive through the socket layer; ours should sit on it.
 
-    python bench/fidelity.py [--rounds 3] [--count 200]
+    python bench/fidelity.py [--rounds 3] [--count 200] [--busy-poll 50]
 
 Prints per-round figures, then one JSON line with agent_median_us,
 ping_median_us, agent_p99_us, ping_p99_us (all rounds pooled), and the
@@ -22,6 +22,10 @@ own send path through the socket layer, so ours sits ~25 us *below* ping
 and misses by the letter; `goal_met_same_definition` compares our prober
 run with ping's definition (user time before the send, kernel receive
 stamp): like with like, what the prober itself adds.
+`--busy-poll US` adds two arms per round, in alternating order and
+without the capture tap: our prober and responder with SO_BUSY_POLL of US
+microseconds on their sockets (agent_busy_poll_*), and the same without
+it (agent_no_busy_poll_*).
 Needs root (namespaces).
 """
 
@@ -36,6 +40,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -45,11 +50,11 @@ PORT = 7399
 PING_RTT = re.compile(r"time=([0-9.]+) ms")
 
 
-def serve(ip: str, port: int) -> None:
+def serve(ip: str, port: int, busy_poll_us: int = 0) -> None:
     """Child mode, inside namespace B: answer probes until stdin closes."""
     from probe_agent.udp import Responder
 
-    r = Responder([ip], port)
+    r = Responder([ip], port, busy_poll_us=busy_poll_us)
     stop = threading.Event()
     t = threading.Thread(target=r.serve, args=(stop,), daemon=True)
     t.start()
@@ -116,7 +121,7 @@ class Capture:
 
 
 def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool,
-          ifname: str = "") -> None:
+          ifname: str = "", busy_poll_us: int = 0) -> None:
     """Child mode, inside namespace A: `count` replies at 100/s, as JSON
     (with the capture reference on `ifname` when given)."""
     from probe_agent.udp import Prober, ProbeTarget
@@ -133,7 +138,7 @@ def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool,
             done.set()
 
     p = Prober({"a": src_ip}, {"a": (64,)}, 100.0, 1.0, lambda *a: None, on_reply,
-               kernel_tx=kernel_tx)
+               kernel_tx=kernel_tx, busy_poll_us=busy_poll_us)
     p.set_targets([ProbeTarget("a", "b", dst_ip, port)])
     stop = threading.Event()
     t = threading.Thread(target=p.run, args=(stop,), daemon=True)
@@ -157,16 +162,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--count", type=int, default=200)
-    ap.add_argument("--serve", nargs=2, metavar=("IP", "PORT"), help=argparse.SUPPRESS)
-    ap.add_argument("--probe", nargs=6, metavar=("SRC", "DST", "PORT", "N", "KTX", "IF"),
+    ap.add_argument("--busy-poll", type=int, default=0, metavar="US",
+                    help="also run prober and responder with SO_BUSY_POLL of US microseconds")
+    ap.add_argument("--serve", nargs=3, metavar=("IP", "PORT", "BUSY"), help=argparse.SUPPRESS)
+    ap.add_argument("--probe", nargs=7, metavar=("SRC", "DST", "PORT", "N", "KTX", "IF", "BUSY"),
                     help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
-        serve(a.serve[0], int(a.serve[1]))
+        serve(a.serve[0], int(a.serve[1]), int(a.serve[2]))
         return
     if a.probe:
         probe(a.probe[0], a.probe[1], int(a.probe[2]), int(a.probe[3]), a.probe[4] == "1",
-              a.probe[5] if a.probe[5] != "-" else "")
+              a.probe[5] if a.probe[5] != "-" else "", int(a.probe[6]))
         return
 
     from testbed.sh import Created, run
@@ -176,6 +183,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         created = Created(f"{d}/created.json")
         server = None
+        busy_server = None
         try:
             created.add_namespace(ns_a)
             created.add_namespace(ns_b)
@@ -186,28 +194,49 @@ def main() -> None:
                 run("ip", "-n", ns, "link", "set", dev, "up")
                 run("ip", "-n", ns, "link", "set", "lo", "up")
             server = subprocess.Popen(["ip", "netns", "exec", ns_b, sys.executable, __file__,
-                                       "--serve", ADDR_B, str(PORT)],
+                                       "--serve", ADDR_B, str(PORT), "0"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             created.add_pid(server.pid)
             assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+            if a.busy_poll:
+                busy_server = subprocess.Popen(
+                    ["ip", "netns", "exec", ns_b, sys.executable, __file__, "--serve", ADDR_B,
+                     str(PORT + 1), str(a.busy_poll)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                created.add_pid(busy_server.pid)
+                assert busy_server.stdout is not None
+                assert busy_server.stdout.readline().strip() == "ready"
+            busy: list[float] = []
+            nobusy: list[float] = []
             agent: list[float] = []
             ping: list[float] = []
             pinglike: list[float] = []
             wire_ref: list[float] = []
             mode = ""
-            rounds = []
+            rounds: list[dict[str, Any]] = []
             for _ in range(a.rounds):
                 out = run("ip", "netns", "exec", ns_a, "ping", "-n",
                           "-c", str(a.count), "-i", "0.01", "-s", "56", ADDR_B)
                 p = [float(x) * 1000 for x in PING_RTT.findall(out)]
                 got = json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
                                      "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count), "1",
-                                     f"{tag}x"))
+                                     f"{tag}x", "0"))
                 mode = got["timestamping"]
                 ours = got["rtts"]
                 like = json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
                                       "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count),
-                                      "0", "-"))["rtts"]
+                                      "0", "-", "0"))["rtts"]
+                # Busy polling against the same prober without it, both
+                # without the capture tap, in alternating order (whichever
+                # runs second finds the machine warmer).
+                arms = [(PORT, 0), (PORT + 1, a.busy_poll)] if a.busy_poll else []
+                res_arms = {busy_us: json.loads(run(
+                    "ip", "netns", "exec", ns_a, sys.executable, __file__, "--probe", ADDR_A,
+                    ADDR_B, str(port), str(a.count), "1", "-", str(busy_us)))["rtts"]
+                    for port, busy_us in (arms if len(rounds) % 2 == 0 else arms[::-1])}
+                polled, unpolled = res_arms.get(a.busy_poll, []), res_arms.get(0, [])
+                busy += polled
+                nobusy += unpolled
                 ping += p
                 agent += ours
                 pinglike += like
@@ -220,15 +249,21 @@ def main() -> None:
                                "agent_user_send_p99_us": round(_pct(like, 99), 1),
                                "wire_median_us": round(_pct(got["wire"], 50), 1),
                                "wire_p99_us": round(_pct(got["wire"], 99), 1),
-                               "ping_n": len(p), "agent_n": len(ours)})
+                               "ping_n": len(p), "agent_n": len(ours)}
+                              | ({"agent_busy_poll_median_us": round(_pct(polled, 50), 1),
+                                  "agent_no_busy_poll_median_us": round(_pct(unpolled, 50), 1),
+                                  "agent_no_busy_poll_p99_us": round(_pct(unpolled, 99), 1),
+                                  "agent_busy_poll_p99_us": round(_pct(polled, 99), 1)}
+                                 if a.busy_poll else {}))
                 print(json.dumps(rounds[-1]), file=sys.stderr)
         finally:
-            if server is not None and server.stdin is not None:
-                server.stdin.close()
-                try:
-                    server.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
+            for srv in (server, busy_server):
+                if srv is not None and srv.stdin is not None:
+                    srv.stdin.close()
+                    try:
+                        srv.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
             problems = created.destroy()
             if problems:
                 print("; ".join(problems), file=sys.stderr)
@@ -239,6 +274,12 @@ def main() -> None:
            "agent_user_send_p99_us": round(_pct(pinglike, 99), 1),
            "agent_min_us": round(min(agent, default=float("nan")), 1),
            "ping_min_us": round(min(ping, default=float("nan")), 1)}
+    if a.busy_poll:
+        res["busy_poll_us"] = a.busy_poll
+        res["agent_busy_poll_median_us"] = round(_pct(busy, 50), 1)
+        res["agent_busy_poll_p99_us"] = round(_pct(busy, 99), 1)
+        res["agent_no_busy_poll_median_us"] = round(_pct(nobusy, 50), 1)
+        res["agent_no_busy_poll_p99_us"] = round(_pct(nobusy, 99), 1)
     # The packet-capture reference on the prober's own veth, same probes.
     res["wire_median_us"] = round(_pct(wire_ref, 50), 1)
     res["wire_p99_us"] = round(_pct(wire_ref, 99), 1)

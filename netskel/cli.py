@@ -105,7 +105,8 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       container=a.container or env("NETSKEL_CONTAINER", ""),
                       job=a.job or env("NETSKEL_JOB", ""), host=a.host or env("NETSKEL_HOST", ""),
                       endpoints=endpoints, probe_port=a.probe_port, probe_rate_hz=a.rate,
-                      counter_hz=a.counter_hz, metrics_port=a.metrics_port,
+                      counter_hz=a.counter_hz, busy_poll_us=a.busy_poll_us,
+                      metrics_port=a.metrics_port,
                       vswitch=a.vswitch or env("NETSKEL_VSWITCH", ""),
                       vswitch_tunnel_ports=tuple(a.vswitch_tunnel_port or ()), vswitch_vni=a.vswitch_vni,
                       vswitch_interval_s=a.vswitch_interval,
@@ -389,6 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--probe-port", type=int, default=7100)
     g.add_argument("--rate", type=float, default=10.0, help="probes per second per target")
     g.add_argument("--counter-hz", type=float, default=10.0, help="NIC counter sampling rate")
+    g.add_argument("--busy-poll-us", type=int, default=0,
+                   help="SO_BUSY_POLL on the probe sockets, microseconds (0: off)")
     g.add_argument("--metrics-port", type=int, default=0)
     g.add_argument("--vswitch", help="ovs-ofctl target of the host's virtual switch (dumped for "
                    "overlay localization), e.g. unix:/run/openvswitch/br0.mgmt")

@@ -49,6 +49,10 @@ class AgentConfig:
     probe_port: int = 7100             # UDP port the responder answers on
     probe_rate_hz: float = 10.0        # probes per second per target
     probe_timeout_s: float = 1.0       # a probe unanswered this long is lost
+    # SO_BUSY_POLL (us) on the probe sockets; 0 = off. RTTs are kernel stamp
+    # to kernel stamp, so a faster wake-up is not in them: on veth it moved
+    # the median by -1.7 and +0.3 us in two runs (bench/fidelity.py --busy-poll).
+    busy_poll_us: int = 0
     sizes: tuple[int, ...] = (64, 256, 1024, 2048, 4096)  # payload bytes, capped by the MTU
     counter_hz: float = 10.0           # NIC byte-counter sampling rate
     window_seconds: int = 30           # overridden by the controller at registration
@@ -73,6 +77,8 @@ class AgentConfig:
                                   "window_seconds", "vswitch_interval_s", "trace_interval_s"))
         if not self.sizes or min(self.sizes) <= 0:
             raise InputError("agent.sizes: one or more positive probe sizes")
+        if self.busy_poll_us < 0:
+            raise InputError(f"agent.busy_poll_us: {self.busy_poll_us} is negative")
         if self.rdma not in ("auto", "off"):
             raise InputError(f"agent.rdma: '{self.rdma}' is not 'auto' or 'off'")
 

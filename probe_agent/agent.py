@@ -95,7 +95,8 @@ class Agent:
         self.window_s = float(cfg.window_seconds)
         self.stop_event = threading.Event()
         self.reports: queue.Queue[pb.AgentReport] = queue.Queue(maxsize=REPORT_QUEUE)
-        self.responder = Responder([e.ip for e in self.endpoints], cfg.probe_port)
+        self.responder = Responder([e.ip for e in self.endpoints], cfg.probe_port,
+                                   busy_poll_us=cfg.busy_poll_us)
         self.probe_port = self.responder.port
         sizes = {e.id: size_classes(cfg.sizes, counters.interface_mtu(e.ifname) if e.ifname
                                     else None) for e in self.endpoints}
@@ -103,7 +104,8 @@ class Agent:
         self._acc_lock = threading.Lock()
         self.accs = self._accumulators()  # by proto: the probers' window statistics
         self.prober = Prober({e.id: e.ip for e in self.endpoints}, sizes, cfg.probe_rate_hz,
-                             cfg.probe_timeout_s, *self._recorders("udp"))
+                             cfg.probe_timeout_s, *self._recorders("udp"),
+                             busy_poll_us=cfg.busy_poll_us)
         # RDMA where the endpoint's interface has a device (UD queue pairs,
         # probe_agent/rdma.py); every other endpoint and target stays on UDP.
         pingers, addresses, self.rdma_note = ({}, {}, "off by configuration") if cfg.rdma == "off" \

@@ -38,6 +38,7 @@ _EXTENDED_ERR = struct.Struct("@IBBBBII")  # struct sock_extended_err
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 SO_TIMESTAMPING = getattr(socket, "SO_TIMESTAMPING", 37)
 _IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
+SO_BUSY_POLL = getattr(socket, "SO_BUSY_POLL", 46)
 _EE_ORIGIN_TIMESTAMPING = 4
 _TX_HARDWARE, _TX_SOFTWARE, _RX_HARDWARE, _RX_SOFTWARE = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _SOFTWARE, _RAW_HARDWARE = 1 << 4, 1 << 6
@@ -67,11 +68,20 @@ IDLE_WAIT_S = 0.2  # longest sleep: how soon a stop or new targets are seen
 USER, KERNEL, HARDWARE = "user", "kernel", "hardware"
 
 
-def _open(ip: str, port: int, tx: bool = True) -> tuple[socket.socket, bool]:
+def _open(ip: str, port: int, tx: bool = True, busy_poll_us: int = 0
+          ) -> tuple[socket.socket, bool]:
     """A bound UDP socket, and whether the kernel stamps it (SO_TIMESTAMPING;
     otherwise receive stamps only, SO_TIMESTAMPNS). `tx`: stamp sends too
-    (the prober; a responder would only fill its error queue)."""
+    (the prober; a responder would only fill its error queue).
+    `busy_poll_us`: SO_BUSY_POLL, the device queue polled this long on a read
+    that finds nothing (0: off; raising it needs CAP_NET_ADMIN, and a
+    refusal is logged, not raised: probing goes on without it)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if busy_poll_us > 0:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, SO_BUSY_POLL, busy_poll_us)
+        except OSError as e:
+            log.warning("busy polling on %s refused: %s", ip, e)
     flags = TIMESTAMPING_FLAGS if tx else TIMESTAMPING_FLAGS & ~(_TX_SOFTWARE | _TX_HARDWARE)
     try:
         s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, flags)
@@ -170,9 +180,10 @@ class Responder:
     within its rate."""
 
     def __init__(self, addresses: Iterable[str], port: int,
-                 limit: SourceLimit | None = None) -> None:
+                 limit: SourceLimit | None = None, busy_poll_us: int = 0) -> None:
         self.limit = limit or SourceLimit()
-        self.sockets = [_open(ip, port, tx=False)[0] for ip in addresses]
+        self.sockets = [_open(ip, port, tx=False, busy_poll_us=busy_poll_us)[0]
+                        for ip in addresses]
         self.port = self.sockets[0].getsockname()[1] if self.sockets else port
         self._sel = selectors.DefaultSelector()
         for s in self.sockets:
@@ -230,13 +241,15 @@ class Prober:
 
     def __init__(self, sources: dict[str, str], sizes: dict[str, tuple[int, ...]],
                  rate_hz: float, timeout_s: float, on_sent: SentHook, on_reply: ReplyHook,
-                 rng: random.Random | None = None, kernel_tx: bool = True) -> None:
+                 rng: random.Random | None = None, kernel_tx: bool = True,
+                 busy_poll_us: int = 0) -> None:
         if rate_hz <= 0:
             raise ValueError("probe rate must be positive")
         # kernel_tx False: the send stamp is user time before sendto, as
         # ping's is (bench/fidelity.py compares the two definitions).
         self.kernel_tx = kernel_tx
-        opened = {ep: _open(ip, 0, tx=kernel_tx) for ep, ip in sources.items()}
+        opened = {ep: _open(ip, 0, tx=kernel_tx, busy_poll_us=busy_poll_us)
+                  for ep, ip in sources.items()}
         self.sockets = {ep: sock for ep, (sock, _) in opened.items()}
         self.kernel_stamps = all(stamped for _, stamped in opened.values())
         self.sizes = sizes

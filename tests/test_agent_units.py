@@ -302,3 +302,38 @@ def test_window_counts_its_slow_tail_and_offline_windows_agree():
                        proto=np.array(["udp"] * n, dtype=object))
     (off,) = compute_windows(rec, 30.0)
     assert (off.slow, off.sent, off.lost) == (3, n, 1)
+
+
+def test_busy_polling_is_set_on_every_socket_and_probes_still_measure():
+    """busy_poll_us (bench/fidelity.py --busy-poll) puts SO_BUSY_POLL on the
+    prober's and the responder's sockets; probing works as without it (the
+    RTT stays kernel stamp to kernel stamp). Off by default."""
+    import socket
+
+    from probe_agent.udp import SO_BUSY_POLL, Prober, ProbeTarget
+
+    stop = threading.Event()
+    plain = Responder(["127.0.0.1"], 0)
+    r = Responder(["127.0.0.1"], 0, busy_poll_us=50)
+    threading.Thread(target=r.serve, args=(stop,), daemon=True).start()
+    got: list[float] = []
+    done = threading.Event()
+
+    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+        got.append(rtt_us)
+        if len(got) >= 20:
+            done.set()
+
+    p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, 200.0, 1.0, lambda *a: None, on_reply,
+               busy_poll_us=50)
+    p.set_targets([ProbeTarget("a", "b", "127.0.0.1", r.port)])
+    threading.Thread(target=p.run, args=(stop,), daemon=True).start()
+    try:
+        assert plain.sockets[0].getsockopt(socket.SOL_SOCKET, SO_BUSY_POLL) == 0
+        assert r.sockets[0].getsockopt(socket.SOL_SOCKET, SO_BUSY_POLL) == 50
+        assert p.sockets["a"].getsockopt(socket.SOL_SOCKET, SO_BUSY_POLL) == 50
+        assert done.wait(20), f"{len(got)} replies"
+        assert p.timestamping == "kernel" and all(0 < x < 100_000 for x in got)
+    finally:
+        stop.set()
+        plain.close()

@@ -7,8 +7,9 @@ from netskel.errors import InputError
 def test_defaults_and_overrides(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text('[controller]\nwindow_seconds = 10\nlisten = ["unix:/x"]\n'
-                 '[analyzer]\nloss_alpha = 1\n')
+                 '[analyzer]\nloss_alpha = 1\n[agent]\nbusy_poll_us = 50\n')
     cfg = load_config(p)
+    assert cfg.agent.busy_poll_us == 50
     assert cfg.controller.window_seconds == 10 and cfg.controller.listen == ("unix:/x",)
     assert cfg.analyzer.loss_alpha == 1.0 and cfg.agent.probe_port == 7100
 
@@ -19,6 +20,7 @@ def test_defaults_and_overrides(tmp_path):
     ("[controller]\nwindow_seconds = 'ten'\n", "expected int, got str"),
     ("[controller]\nwindow_seconds = true\n", "expected int, got bool"),
     ("[controller\n", "malformed TOML"),
+    ("[agent]\nbusy_poll_us = -5\n", "agent.busy_poll_us: -5 is negative"),
 ])
 def test_bad_config_is_one_clear_error(tmp_path, text, message):
     p = tmp_path / "c.toml"
