@@ -39,6 +39,8 @@ class WindowBatch:
     slow: np.ndarray    # int64
     protos: list[str]
     proto: np.ndarray   # int64 codes into protos
+    clocks: list[str]   # RTT clocks (netskel.model.CLOCKS, "" unknown)
+    clock: np.ndarray   # int64 codes into clocks
     route_names: list[str]
     route: np.ndarray   # the window's traced route (the last seen), -1 when none
     r_ptr: np.ndarray   # (N + 1,) int64
@@ -65,7 +67,8 @@ class WindowBatch:
         return WindowBatch(self.names, self.src[idx], self.dst[idx], self.start[idx],
                            self.end[idx], self.size[idx], self.sent[idx], self.lost[idx],
                            self.stats[idx], self.slow[idx], self.protos, self.proto[idx],
-                           self.route_names, self.route[idx], ptr, self.r_route[at],
+                           self.clocks, self.clock[idx], self.route_names, self.route[idx], ptr,
+                           self.r_route[at],
                            self.r_sent[at], self.r_lost[at], self.r_median[at])
 
     def problems(self) -> list[tuple[int, str]]:
@@ -141,7 +144,8 @@ class WindowBatch:
                            size=int(self.size[i]), sent=int(self.sent[i]),
                            lost=int(self.lost[i]), proto=self.protos[int(self.proto[i])],
                            route=self.route_names[rc] if rc >= 0 else "", routes=routes,
-                           slow=int(self.slow[i]), **st)
+                           slow=int(self.slow[i]), clock=self.clocks[int(self.clock[i])],
+                           **st)
 
     def windows(self) -> list[WindowStats]:
         return [self.window(i) for i in range(len(self))]
@@ -151,11 +155,13 @@ class WindowBatch:
         """Live windows (one message each) as one batch."""
         names: dict[str, int] = {}
         protos: dict[str, int] = {}
+        clocks: dict[str, int] = {}
         routes: dict[str, int] = {}
         n = len(ws)
         src = np.fromiter((names.setdefault(w.src, len(names)) for w in ws), np.int64, n)
         dst = np.fromiter((names.setdefault(w.dst, len(names)) for w in ws), np.int64, n)
         proto = np.fromiter((protos.setdefault(w.proto, len(protos)) for w in ws), np.int64, n)
+        clock = np.fromiter((clocks.setdefault(w.clock, len(clocks)) for w in ws), np.int64, n)
         route = np.fromiter((routes.setdefault(w.route, len(routes)) if w.route else -1
                              for w in ws), np.int64, n)
         lens = np.fromiter((len(w.routes) for w in ws), np.int64, n)
@@ -174,8 +180,9 @@ class WindowBatch:
             sent=np.fromiter((w.sent for w in ws), np.int64, n),
             lost=np.fromiter((w.lost for w in ws), np.int64, n),
             stats=stats, slow=np.fromiter((w.slow for w in ws), np.int64, n),
-            protos=list(protos), proto=proto, route_names=list(routes), route=route, r_ptr=ptr,
-            r_route=r_route, r_sent=np.fromiter((r.sent for r in flat), np.int64, m),
+            protos=list(protos), proto=proto, clocks=list(clocks), clock=clock,
+            route_names=list(routes), route=route, r_ptr=ptr, r_route=r_route,
+            r_sent=np.fromiter((r.sent for r in flat), np.int64, m),
             r_lost=np.fromiter((r.lost for r in flat), np.int64, m),
             r_median=np.fromiter((r.rtt_median for r in flat), np.float64, m))
 
@@ -189,6 +196,7 @@ class WindowBatch:
             return parts[0]
         names: dict[str, int] = {}
         protos: dict[str, int] = {}
+        clocks: dict[str, int] = {}
         routes: dict[str, int] = {}
 
         def remap(table: dict[str, int], local: list[str]) -> np.ndarray:
@@ -197,7 +205,7 @@ class WindowBatch:
                             dtype=np.int64)
 
         cols: dict[str, list[np.ndarray]] = {k: [] for k in (
-            "src", "dst", "proto", "route", "r_route")}
+            "src", "dst", "proto", "clock", "route", "r_route")}
         ptrs = [np.zeros(1, dtype=np.int64)]
         base = 0
         for p in parts:
@@ -205,6 +213,7 @@ class WindowBatch:
             cols["src"].append(to_name[p.src])
             cols["dst"].append(to_name[p.dst])
             cols["proto"].append(remap(protos, p.protos)[p.proto])
+            cols["clock"].append(remap(clocks, p.clocks)[p.clock])
             cols["route"].append(to_route[p.route])
             cols["r_route"].append(to_route[p.r_route])
             ptrs.append(p.r_ptr[1:] + base)
@@ -216,6 +225,7 @@ class WindowBatch:
                    dst=np.concatenate(cols["dst"]), start=cat("start"), end=cat("end"),
                    size=cat("size"), sent=cat("sent"), lost=cat("lost"), stats=cat("stats"),
                    slow=cat("slow"), protos=list(protos), proto=np.concatenate(cols["proto"]),
+                   clocks=list(clocks), clock=np.concatenate(cols["clock"]),
                    route_names=list(routes), route=np.concatenate(cols["route"]),
                    r_ptr=np.concatenate(ptrs), r_route=np.concatenate(cols["r_route"]),
                    r_sent=cat("r_sent"), r_lost=cat("r_lost"), r_median=cat("r_median"))

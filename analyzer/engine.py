@@ -1297,6 +1297,8 @@ def _window_evidence(w: WindowStats, obs: Observation, i: int) -> dict[str, obje
                              "loss_baseline": float(f"{obs.loss_baseline[i]:.3g}")}
     if w.lost < w.sent:
         ev["rtt_us"] = {f.removeprefix("rtt_"): round(getattr(w, f), 1) for f in STATS}
+        if w.clock:  # how far the RTTs can be trusted: NIC, kernel or user-space stamps
+            ev["rtt_clock"] = w.clock
     if np.isfinite(obs.ref_median[i]):
         ev["usual_median_us"] = round(float(obs.ref_median[i]), 1)
     if obs.crept is not None and obs.crept[i] and obs.slow_ref is not None:

@@ -164,6 +164,8 @@ def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
                        size=uniq[:, 3].copy(), sent=sent.astype(np.int64),
                        lost=(sent - received).astype(np.int64), stats=stats, slow=slow,
                        protos=list(proto_names), proto=uniq[:, 4].copy(),
+                       # Probe records (contract section 3) name no clock.
+                       clocks=[""], clock=np.zeros(len(uniq), dtype=np.int64),
                        route_names=list(route_names), route=route, r_ptr=r_ptr,
                        r_route=r_cols[0], r_sent=r_cols[1], r_lost=r_cols[2],
                        r_median=r_cols[3])

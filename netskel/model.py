@@ -26,6 +26,7 @@ class RouteStats:
 # A window's RTT statistics in the order the detector's columns keep them.
 RTT_STATS = ("rtt_p25", "rtt_median", "rtt_p75", "rtt_min", "rtt_mean", "rtt_std", "rtt_max")
 TAIL_SHIFT_US = 20.0  # a probe this much above its window's own p25 is in the slow tail
+CLOCKS = ("user", "kernel", "hardware")  # RTT clocks, least exact first
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class WindowStats:
     route: str = ""  # traced forward route (switch ids joined by ">"), "" when unknown
     routes: tuple[RouteStats, ...] = ()  # the probes by traced forward route, when known
     slow: int = 0  # received probes >= TAIL_SHIFT_US above the window's own p25
+    # The clock of its RTTs, the least exact of its probes': "hardware",
+    # "kernel" or "user" (CLOCKS); "" when unknown (records read from files).
+    clock: str = ""
 
     def problem(self) -> str | None:
         """Why this window cannot be trusted, or None. Bad windows are dropped

@@ -17,6 +17,7 @@ from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.errors import InputError
 from netskel.model import (
+    CLOCKS,
     AgentState,
     Component,
     CounterSample,
@@ -102,7 +103,7 @@ def check_order_from_pb(m: pb.CheckOrder) -> CheckOrder:
 def window_to_pb(w: WindowStats) -> cpb.WindowStats:
     m = cpb.WindowStats(src=w.src, dst=w.dst, window_start=w.window_start,
                         window_end=w.window_end, size=w.size, sent=w.sent, lost=w.lost,
-                        proto=w.proto, route=w.route, slow=w.slow,
+                        proto=w.proto, route=w.route, slow=w.slow, clock=w.clock,
                         routes=[cpb.RouteStats(route=r.route, sent=r.sent, lost=r.lost,
                                                rtt_median=r.rtt_median) for r in w.routes])
     for k in _STATS:
@@ -118,6 +119,7 @@ def window_from_pb(m: cpb.WindowStats) -> WindowStats:
                        window_end=m.window_end, size=m.size, sent=m.sent, lost=m.lost,
                        proto=m.proto or "udp", route=m.route,
                        slow=min(m.slow, max(0, m.sent - m.lost)),
+                       clock=m.clock if m.clock in CLOCKS else "",
                        routes=tuple(RouteStats(route=r.route, sent=r.sent, lost=min(r.lost, r.sent),
                                                rtt_median=r.rtt_median if r.lost < r.sent
                                                else math.nan)
@@ -130,7 +132,8 @@ def window_batch_to_pb(b: WindowBatch) -> pb.WindowBatch:
         names=b.names, src=b.src.tolist(), dst=b.dst.tolist(), window_start=b.start.tolist(),
         window_end=b.end.tolist(), size=b.size.tolist(), sent=b.sent.tolist(),
         lost=b.lost.tolist(), rtt=b.stats.ravel().tolist(), slow=b.slow.tolist(),
-        protos=b.protos, proto=b.proto.tolist(), route_names=b.route_names,
+        protos=b.protos, proto=b.proto.tolist(), clocks=b.clocks, clock=b.clock.tolist(),
+        route_names=b.route_names,
         route=b.route.tolist(), route_count=np.diff(b.r_ptr).tolist(),
         route_code=b.r_route.tolist(), route_sent=b.r_sent.tolist(),
         route_lost=b.r_lost.tolist(), route_median=b.r_median.tolist()))
@@ -180,6 +183,11 @@ def _columns_from_pb(c: cpb.WindowColumns) -> WindowBatch:
                                                   col(c.dst, np.int64, n, "dst")]), "endpoint")
     protos, proto = _table(c.protos, col(c.proto, np.int64, n, "proto"), "proto",
                            lambda x: x or "udp")
+    # No clock column (an older agent): every clock unknown. A name outside
+    # CLOCKS is unknown too: it describes, it decides nothing.
+    clocks, clock = _table(c.clocks, col(c.clock, np.int64, n, "clock"), "clock",
+                           lambda x: x if x in CLOCKS else "") \
+        if len(c.clock) else ([""], np.zeros(n, dtype=np.int64))
     counts = col(c.route_count, np.int64, n, "route_count")
     m = int(counts.sum())
     code = col(c.route_code, np.int64, m, "route_code")
@@ -205,7 +213,8 @@ def _columns_from_pb(c: cpb.WindowColumns) -> WindowBatch:
         end=col(c.window_end, np.float64, n, "window_end"), size=col(c.size, np.int64, n, "size"),
         sent=sent, lost=lost, stats=stats,
         slow=np.minimum(col(c.slow, np.int64, n, "slow"), np.maximum(sent - lost, 0)),
-        protos=protos, proto=proto, route_names=routes, route=route, r_ptr=ptr,
+        protos=protos, proto=proto, clocks=clocks, clock=clock, route_names=routes,
+        route=route, r_ptr=ptr,
         r_route=r_route[keep], r_sent=r_sent[keep], r_lost=r_lost[keep],
         r_median=r_median[keep])
 

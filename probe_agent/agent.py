@@ -145,10 +145,21 @@ class Agent:
                 self.accs[proto].sent(src, dst, size, t)
 
         def replied(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+            clock = self._clock_of(proto, src)
             with self._acc_lock:
-                self.accs[proto].replied(src, dst, size, t, rtt_us)
+                self.accs[proto].replied(src, dst, size, t, rtt_us, clock)
 
         return sent, replied
+
+    def _clock_of(self, proto: str, src: str) -> str:
+        """The clock of the RTT just measured from `src`: the UDP prober's
+        (hardware, kernel or user, per reply); an RDMA pinger's is the
+        NIC's completion clock where the device has one, else host times
+        taken in user space."""
+        if proto == "udp":
+            return self.prober.timestamping
+        pinger = self.rdma.pingers.get(src)
+        return "" if pinger is None else ("hardware" if pinger.hw_clock else "user")
 
     def _enqueue(self, report: pb.AgentReport) -> None:
         while True:

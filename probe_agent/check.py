@@ -14,7 +14,7 @@ from controller.pinglist import Target
 from netskel.model import WindowStats
 from probe_agent import trace
 from probe_agent.udp import Prober, ProbeTarget
-from probe_agent.window import summarize
+from probe_agent.window import least_exact, summarize
 
 
 def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
@@ -24,6 +24,7 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     mine = tuple(t for t in targets if t.src in sources)
     sent: dict[tuple[str, str, int], int] = defaultdict(int)
     rtts: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    clocks: dict[tuple[str, str, int], set[str]] = defaultdict(set)
     lock = threading.Lock()
 
     def on_sent(src: str, dst: str, size: int, _t: float) -> None:
@@ -34,6 +35,7 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
         if 0 <= rtt_us <= timeout_s * 1e6:
             with lock:
                 rtts[(src, dst, size)].append(rtt_us)
+                clocks[(src, dst, size)].add(prober.timestamping)  # this RTT's clock
 
     # Every size each round: the per-target rate covers all sizes.
     n_sizes = max(len(sizes.get(t.src, ())) for t in mine) if mine else 1
@@ -67,7 +69,8 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     by_key = {(t.src, t.dst): t for t in mine}
     with lock:
         for (src, dst, size), n in sorted(sent.items()):
-            w = summarize(src, dst, start, end, size, n, rtts.get((src, dst, size), []))
+            w = summarize(src, dst, start, end, size, n, rtts.get((src, dst, size), []),
+                          clock=least_exact(tuple(clocks.get((src, dst, size), ()))))
             tgt = by_key[(src, dst)]
             tr = routes.get((tgt.src_nic_ip, tgt.dst_nic_ip))
             out.append(dataclasses.replace(w, route=tr.route(switch_names)) if tr else w)

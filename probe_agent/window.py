@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from netskel.model import TAIL_SHIFT_US, WindowStats
+from netskel.model import CLOCKS, TAIL_SHIFT_US, WindowStats
 
 Key = tuple[int, str, str, int]  # (window index, src, dst, size)
 
@@ -22,11 +22,20 @@ Key = tuple[int, str, str, int]  # (window index, src, dst, size)
 class _Acc:
     sent: int = 0
     rtts: list[float] = field(default_factory=list)
+    clock: int = len(CLOCKS)  # index into CLOCKS of the least exact RTT so far
+
+
+def least_exact(clocks: list[str] | tuple[str, ...]) -> str:
+    """The clock a window's RTTs can be trusted to: the least exact of
+    theirs ("" when none is known)."""
+    known = [CLOCKS.index(c) for c in clocks if c in CLOCKS]
+    return CLOCKS[min(known)] if known else ""
 
 
 def summarize(src: str, dst: str, start: float, end: float, size: int, sent: int,
-              rtts_us: list[float] | np.ndarray, proto: str = "udp") -> WindowStats:
-    """The contract statistics of one window."""
+              rtts_us: list[float] | np.ndarray, proto: str = "udp", clock: str = ""
+              ) -> WindowStats:
+    """The contract statistics of one window; `clock`: of its RTTs."""
     r = np.asarray(rtts_us, dtype=np.float64)
     received = min(len(r), sent)
     if received == 0:
@@ -37,7 +46,8 @@ def summarize(src: str, dst: str, start: float, end: float, size: int, sent: int
                        lost=sent - received, rtt_min=float(r.min()), rtt_p25=float(p25),
                        rtt_median=float(med), rtt_p75=float(p75), rtt_mean=float(r.mean()),
                        rtt_std=float(r.std()), rtt_max=float(r.max()), proto=proto,
-                       slow=min(received, int(np.count_nonzero(r >= p25 + TAIL_SHIFT_US))))
+                       slow=min(received, int(np.count_nonzero(r >= p25 + TAIL_SHIFT_US))),
+                       clock=clock)
 
 
 class WindowAccumulator:
@@ -55,13 +65,18 @@ class WindowAccumulator:
     def sent(self, src: str, dst: str, size: int, t_send: float) -> None:
         self._acc[(self._index(t_send), src, dst, size)].sent += 1
 
-    def replied(self, src: str, dst: str, size: int, t_send: float, rtt_us: float) -> None:
-        """A reply later than the timeout counts as lost, like one never seen."""
+    def replied(self, src: str, dst: str, size: int, t_send: float, rtt_us: float,
+                clock: str = "") -> None:
+        """A reply later than the timeout counts as lost, like one never seen.
+        `clock`: of this RTT (CLOCKS; "" unknown, which makes the window's
+        unknown too)."""
         if not (0 <= rtt_us <= self.timeout_s * 1e6):
             return
         acc = self._acc.get((self._index(t_send), src, dst, size))
         if acc is not None:
             acc.rtts.append(rtt_us)
+            rank = CLOCKS.index(clock) if clock in CLOCKS else -1
+            acc.clock = min(acc.clock, rank)
 
     def close(self, now: float) -> list[WindowStats]:
         """Windows whose every probe has had its chance to return."""
@@ -71,6 +86,7 @@ class WindowAccumulator:
             idx, src, dst, size = k
             acc = self._acc.pop(k)
             start = idx * self.window_s
+            clock = CLOCKS[acc.clock] if 0 <= acc.clock < len(CLOCKS) else ""
             out.append(summarize(src, dst, start, start + self.window_s, size, acc.sent,
-                                 acc.rtts, self.proto))
+                                 acc.rtts, self.proto, clock))
         return out

@@ -98,6 +98,8 @@ def test_probe_windows_flow_and_late_container_is_not_probed_early(topo_file, to
         for w in healthy_windows():
             assert 0 < w.rtt_min <= w.rtt_median <= w.rtt_max < 50_000
             assert math.isfinite(w.rtt_std) and w.size in (64, 1024)
+            assert w.clock in ("kernel", "user"), w.clock  # what the RTTs can be trusted to
+        assert any(w.clock == "kernel" for w in healthy_windows()), "no kernel-stamped window"
 
         late = Agent(agent_cfg(topo_doc, 3, sock))
         late.start()

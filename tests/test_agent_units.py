@@ -337,3 +337,20 @@ def test_busy_polling_is_set_on_every_socket_and_probes_still_measure():
     finally:
         stop.set()
         plain.close()
+
+
+def test_a_window_names_the_least_exact_clock_of_its_rtts():
+    """A window's RTTs are only as exact as the least exact of them: one
+    RTT from user-space times makes the window's clock "user"; one of
+    unknown clock makes it unknown; a window of lost probes names none."""
+    from probe_agent.window import WindowAccumulator
+
+    acc = WindowAccumulator(30.0, 1.0)
+    for dst, clocks in (("k", ["kernel", "hardware", "kernel"]), ("u", ["kernel", "user"]),
+                        ("h", ["hardware"]), ("x", ["kernel", ""]), ("lost", [])):
+        for i in range(3):
+            acc.sent("a", dst, 64, 10.0 + i)
+        for i, c in enumerate(clocks):
+            acc.replied("a", dst, 64, 10.0 + i, 50.0, c)
+    got = {w.dst: w.clock for w in acc.close(100.0)}
+    assert got == {"k": "kernel", "u": "user", "h": "hardware", "x": "", "lost": ""}

@@ -169,6 +169,7 @@ def _wire_window(draw: st.DrawFn) -> cpb.WindowStats:
                         sent=sent, lost=draw(st.integers(0, 8)), slow=draw(st.integers(0, 8)),
                         proto=draw(st.sampled_from(["", "udp", "rdma"])),
                         route=draw(st.sampled_from(["", "t0>s1>t1"])),
+                        clock=draw(st.sampled_from(["", "kernel", "user", "hardware", "bogus"])),
                         **{f: draw(_RTT) for f in STAT_FIELDS})
     for _ in range(draw(st.integers(0, 3))):
         m.routes.add(route=draw(st.sampled_from(["", "t0>s0>t1", "t0>s1>t1"])),
@@ -205,14 +206,18 @@ def test_columns_that_do_not_fit_together_are_one_clear_error(ms, data):
         del values[-1]
     else:
         values.append(data.draw(st.integers(0, 9)) if field not in (
-            "names", "protos", "route_names") else "x")
+            "names", "protos", "route_names", "clocks") else "x")
     try:
         got = window_batch_from_pb(pb.WindowBatch(columns=c))
     except InputError as e:
         assert "window columns" in str(e)
     else:
-        # Only a name appended to a table fits: the windows are unchanged.
-        assert field in ("names", "protos", "route_names") and len(got) == len(ms)
+        # Only a name appended to a table fits, or a clock column left with
+        # no entry at all (an older agent's: every clock unknown); the
+        # windows are unchanged.
+        assert len(got) == len(ms)
+        assert field in ("names", "protos", "route_names", "clocks") or (
+            field == "clock" and not c.clock and set(got.clocks) == {""}), field
 
 
 def test_live_windows_in_columns_are_rejected_charted_and_queued_as_objects_were():

@@ -237,6 +237,8 @@ def test_queueing_delay_from_a_rate_limit_is_detected_live(dep):
                 if "latency" in w.get("anomalies", ())]
         assert slow, "the queue must show as a latency anomaly"
         assert all(w["rtt_us"]["median"] >= w["usual_median_us"] + 20 for w in slow)
+        # Which clock the RTTs came from travels with them to the evidence.
+        assert all(w.get("rtt_clock") in ("kernel", "hardware", "user") for w in slow), slow
     finally:
         undo()
     _wait_closed(dep)

@@ -217,6 +217,7 @@ class WindowStats(_message.Message):
     ROUTE_FIELD_NUMBER: _builtins.int
     ROUTES_FIELD_NUMBER: _builtins.int
     SLOW_FIELD_NUMBER: _builtins.int
+    CLOCK_FIELD_NUMBER: _builtins.int
     src: _builtins.str
     dst: _builtins.str
     window_start: _builtins.float
@@ -241,6 +242,12 @@ class WindowStats(_message.Message):
     """Received probes at least TAIL_SHIFT_US (20 us) slower than the window's
     own p25: a path among the pair's flows that is slow shows here while
     the median stays put.
+    """
+    clock: _builtins.str
+    """The clock of the window's RTTs, the least exact of its probes':
+    "hardware" (the NIC's stamps at both ends), "kernel" (the socket
+    layer's, SO_TIMESTAMPING), "user" (user-space times: an upper bound);
+    empty when unknown.
     """
     @_builtins.property
     def routes(self) -> _containers.RepeatedCompositeFieldContainer[Global___RouteStats]:
@@ -269,10 +276,11 @@ class WindowStats(_message.Message):
         route: _builtins.str = ...,
         routes: _abc.Iterable[Global___RouteStats] | None = ...,
         slow: _builtins.int = ...,
+        clock: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "lost", b"lost", "proto", b"proto", "route", b"route", "routes", b"routes", "rtt_max", b"rtt_max", "rtt_mean", b"rtt_mean", "rtt_median", b"rtt_median", "rtt_min", b"rtt_min", "rtt_p25", b"rtt_p25", "rtt_p75", b"rtt_p75", "rtt_std", b"rtt_std", "sent", b"sent", "size", b"size", "slow", b"slow", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clock", b"clock", "dst", b"dst", "lost", b"lost", "proto", b"proto", "route", b"route", "routes", b"routes", "rtt_max", b"rtt_max", "rtt_mean", b"rtt_mean", "rtt_median", b"rtt_median", "rtt_min", b"rtt_min", "rtt_p25", b"rtt_p25", "rtt_p75", b"rtt_p75", "rtt_std", b"rtt_std", "sent", b"sent", "size", b"size", "slow", b"slow", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -339,6 +347,8 @@ class WindowColumns(_message.Message):
     ROUTE_SENT_FIELD_NUMBER: _builtins.int
     ROUTE_LOST_FIELD_NUMBER: _builtins.int
     ROUTE_MEDIAN_FIELD_NUMBER: _builtins.int
+    CLOCKS_FIELD_NUMBER: _builtins.int
+    CLOCK_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """endpoint ids"""
@@ -399,6 +409,14 @@ class WindowColumns(_message.Message):
     def route_lost(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def route_median(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def clocks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"hardware", "kernel", "user", "" (unknown)"""
+
+    @_builtins.property
+    def clock(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """index into clocks; absent: every clock unknown"""
+
     def __init__(
         self,
         *,
@@ -421,10 +439,12 @@ class WindowColumns(_message.Message):
         route_sent: _abc.Iterable[_builtins.int] | None = ...,
         route_lost: _abc.Iterable[_builtins.int] | None = ...,
         route_median: _abc.Iterable[_builtins.float] | None = ...,
+        clocks: _abc.Iterable[_builtins.str] | None = ...,
+        clock: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "lost", b"lost", "names", b"names", "proto", b"proto", "protos", b"protos", "route", b"route", "route_code", b"route_code", "route_count", b"route_count", "route_lost", b"route_lost", "route_median", b"route_median", "route_names", b"route_names", "route_sent", b"route_sent", "rtt", b"rtt", "sent", b"sent", "size", b"size", "slow", b"slow", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clock", b"clock", "clocks", b"clocks", "dst", b"dst", "lost", b"lost", "names", b"names", "proto", b"proto", "protos", b"protos", "route", b"route", "route_code", b"route_code", "route_count", b"route_count", "route_lost", b"route_lost", "route_median", b"route_median", "route_names", b"route_names", "route_sent", b"route_sent", "rtt", b"rtt", "sent", b"sent", "size", b"size", "slow", b"slow", "src", b"src", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
