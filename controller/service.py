@@ -83,8 +83,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                     update = await box.get(POLL_S)
                 except Overflow:  # the agent fell behind: it gets the whole list again
                     metrics.STREAM_OVERFLOWS.labels(stream="pinglist").inc()
-                    box.reset()
-                    update = await blocking(self.state.list_snapshot, request.container)
+                    update = await blocking(self.state.resync_list, request.container, box.reset)
                 if update is not None:
                     yield serde.list_update_to_pb(update)
         finally:

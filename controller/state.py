@@ -10,7 +10,7 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -348,6 +348,17 @@ class ControllerState:
                               diff=ListDiff(upsert=tuple(plist[k] for k in sorted(plist)),
                                             remove=()))
 
+    def resync_list(self, container: str, reset: Callable[[], None]) -> ListUpdate:
+        """After a stream fell behind: empty its sink (`reset`) and take the
+        whole list in one step under the lock. Updates are offered under the
+        same lock, so every one the sink takes afterwards is newer than the
+        list returned; emptied first and read after, an update in between
+        went out after the newer whole list and undid part of it (a target
+        turned back inactive, the version wound back)."""
+        with self._lock:
+            reset()
+            return self.list_snapshot(container)
+
     def unsubscribe_list(self, container: str, sink: Sink[ListUpdate]) -> None:
         with self._lock:
             subs = self._list_subs.get(container, [])
@@ -381,10 +392,15 @@ class ControllerState:
             self._checks[check_id] = pending
             for cid, targets in orders.items():
                 order = CheckOrder(check_id, tuple(targets), duration_s, rate_hz)
-                for q in self._list_subs[cid]:
-                    q.offer(ListUpdate(version=self.versions[cid], full=False,
-                                       diff=ListDiff(upsert=(), remove=()), check=order))
-            if not orders:
+                update = ListUpdate(version=self.versions[cid], full=False,
+                                    diff=ListDiff(upsert=(), remove=()), check=order)
+                if not any([q.offer(update) for q in self._list_subs[cid]]):
+                    # Its stream fell behind and is being resynced: the
+                    # order went nowhere, so nobody waits for its answer.
+                    pending.waiting.discard(cid)
+                    unchecked += [(pair, f"the prober {cid} is catching up with its list; "
+                                         "try again") for pair in asked.pop(cid)]
+            if not pending.waiting:
                 pending.done.set()
             return check_id, unchecked
 

@@ -279,6 +279,12 @@ class Agent:
                              daemon=True).start()
             if not (u.full or u.upsert or u.remove):
                 return
+        if not u.full and u.version <= self.list_version:
+            # Older than the list in force (versions only grow): applied, it
+            # would wind part of the list back.
+            log.warning("ping list: ignored update v%d, older than v%d in force", u.version,
+                        self.list_version)
+            return
         if u.full:
             self.targets = {}
         for m in u.upsert:

@@ -354,3 +354,28 @@ def test_a_window_names_the_least_exact_clock_of_its_rtts():
             acc.replied("a", dst, 64, 10.0 + i, 50.0, c)
     got = {w.dst: w.clock for w in acc.close(100.0)}
     assert got == {"k": "kernel", "u": "user", "h": "hardware", "x": "", "lost": ""}
+
+
+def test_agent_ignores_a_list_update_older_than_its_list():
+    """Versions only grow: a diff older than the list in force (one that
+    crossed a resync) is ignored, never applied over the newer list."""
+    from netskel.api.v1 import controller_pb2 as pb
+    from netskel.config import AgentConfig
+    from probe_agent.agent import Agent
+
+    a = Agent(AgentConfig(container="c0", host="h0", probe_port=0,
+                          endpoints=("c0/e0,h0/nic0,127.0.0.1,",)))
+    try:
+        def target(active: bool) -> pb.PingTarget:
+            return pb.PingTarget(src="c0/e0", dst="c1/e0", dst_ip="127.0.0.2", dst_port=7100,
+                                 active=active)
+        a.apply_update(pb.PingListUpdate(version=5, full=True, upsert=[target(True)]))
+        a.apply_update(pb.PingListUpdate(version=3, upsert=[target(False)]))
+        assert a.list_version == 5 and a.targets[("c0/e0", "c1/e0")].active
+        a.apply_update(pb.PingListUpdate(version=6, upsert=[target(False)]))
+        assert a.list_version == 6 and not a.targets[("c0/e0", "c1/e0")].active
+        # A whole list always counts (a restarted controller may number anew).
+        a.apply_update(pb.PingListUpdate(version=2, full=True, upsert=[target(True)]))
+        assert a.list_version == 2 and a.targets[("c0/e0", "c1/e0")].active
+    finally:
+        a.stop(deregister=False)
