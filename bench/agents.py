@@ -76,6 +76,7 @@ def main() -> None:
            "windows_sent": sent, "windows_accepted": sum(p["accepted"] for p in ok),
            "windows_per_s": round(sent / reports_s, 1) if reports_s > 0 else None,
            "lists_not_converged": sum(max(p["wrong"], 0) for p in ok),
+           "not_converged_examples": [d for p in ok for d in p.get("wrong_detail", [])][:4],
            "list_streams_failed": sum(p["stream_errors"] for p in ok),
            "list_stream_error": next((p["stream_error_first"] for p in ok
                                       if p["stream_error_first"]), ""),

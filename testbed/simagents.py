@@ -11,6 +11,7 @@ node would not, but the server sees one stream per agent either way.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import traceback
 from collections import Counter
@@ -74,8 +75,14 @@ class SimAgent:
     accepted: int = 0
     error: str = ""
     phase: str = "start"  # the call it is in: what a stalled fleet waits on
+    history: list[str] = field(default_factory=list)
 
     def apply(self, u: pb.PingListUpdate) -> None:
+        # What arrived, in order (for a list that does not converge):
+        # version, whole (F) or diff (d), the targets upserted (+ active), removals.
+        self.history.append(f"v{u.version}{'F' if u.full else 'd'}["
+                            + ",".join(f"{t.dst}{'+' if t.active else '-'}" for t in u.upsert)
+                            + "]" + (f"-{len(u.remove)}" if u.remove else ""))
         if u.full:
             self.targets = {}
         for t in u.upsert:
@@ -286,18 +293,62 @@ def expected_lists(doc: dict[str, Any]) -> dict[str, set[tuple[str, str]]]:
     return {cid: set(plist) for cid, plist in build_lists(members).items()}
 
 
+def _view(targets: dict[tuple[str, str], bool], want: set[tuple[str, str]]) -> str:
+    return (f"{len(targets)} targets, {sum(not x for x in targets.values())} inactive, "
+            f"{len(set(targets) - want)} extra, {len(want - set(targets))} missing")
+
+
+async def _diagnose(target: str, a: SimAgent, want: set[tuple[str, str]]) -> str:
+    """A list that did not converge: the agent's view against the
+    controller's own list now (a fresh stream's first message), so a lost
+    or late update tells itself apart from a wrong list."""
+    cid = a.container["id"]
+    mine = {k: t.active for k, t in a.targets.items()}
+    version, seen = a.version, len(a.history)
+    try:
+        async with grpc.aio.insecure_channel(target) as ch:
+            stream = pb_grpc.ControllerStub(ch).WatchPingList(
+                pb.WatchPingListRequest(container=cid), timeout=30)
+            snap: pb.PingListUpdate = await stream.read()  # type: ignore[assignment]
+            stream.cancel()
+    except grpc.aio.AioRpcError as e:
+        return f"{cid}: agent v{a.version} ({_view(mine, want)}); controller: {e.code().name}"
+    theirs = {(t.src, t.dst): t.active for t in snap.upsert}
+    late = a.history[seen:]
+    return (f"{cid}: agent v{version} ({_view(mine, want)}); controller v{snap.version} "
+            f"({_view(theirs, want)}); inactive at the agent "
+            f"{sorted(k[1] for k, v in mine.items() if not v)}; received "
+            f"{' '.join(a.history[:seen][-8:])}"
+            + (f"; arriving while this was read: {' '.join(late)}" if late else ""))
+
+
 def _worker(target: str, doc: dict[str, Any], part: int, parts: int, reports: int,
-            settle_s: float, per_channel: int, phase_s: float, out: Any) -> None:
+            settle_s: float, per_channel: int, phase_s: float, out: Any,
+            all_ready: Any = None) -> None:
     want = expected_lists(doc)
     mine = dict(doc, containers=doc["containers"][part::parts])
 
+    details: list[str] = []
+
     async def settle(fleet: Fleet) -> None:
+        # The settle starts once every process's agents are ready and have
+        # reported: a list cannot converge before its peers are ready, and
+        # a slow process's peers turned ready long after a fast one's settle
+        # had begun (what "not converged" at 32,768 agents was: updates
+        # arriving after the deadline, not lost).
+        if all_ready is not None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, all_ready.wait, phase_s)
+            except threading.BrokenBarrierError:
+                pass  # a process failed or stalled: its error is reported; settle anyway
         deadline = time.monotonic() + settle_s
         while True:
             wrong = [a for a in fleet.agents if set(a.targets) != want[a.container["id"]]
                      or not all(t.active for t in a.targets.values())]
             if not wrong or time.monotonic() > deadline:
                 fleet.wrong = len(wrong)
+                details.extend([await _diagnose(target, a, want[a.container["id"]])
+                                for a in wrong[:3]])
                 return
             await asyncio.sleep(0.2)
 
@@ -309,7 +360,7 @@ def _worker(target: str, doc: dict[str, Any], part: int, parts: int, reports: in
                  "lists_s": f.lists_s, "reports_s": f.reports_s,
                  "sent": sum(a.sent for a in f.agents),
                  "accepted": sum(a.accepted for a in f.agents),
-                 "wrong": f.wrong, "health_failed": f.health_failed,
+                 "wrong": f.wrong, "wrong_detail": details, "health_failed": f.health_failed,
                  # ping-list streams that ended with an error after the first list
                  "stream_errors": sum(1 for a in f.agents if a.error),
                  "stream_error_first": next((a.error for a in f.agents if a.error), ""),
@@ -328,8 +379,9 @@ def run_fleet(target: str, doc: dict[str, Any], reports: int = 1, settle_s: floa
     parts = max(1, -(-len(doc["containers"]) // per_process))
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(target, doc, p, parts, reports, settle_s, per_channel, phase_s,
-                                               out),
+    all_ready = ctx.Barrier(parts)
+    procs = [ctx.Process(target=_worker, args=(target, doc, p, parts, reports, settle_s,
+                                               per_channel, phase_s, out, all_ready),
                          daemon=True) for p in range(parts)]
     for p in procs:
         p.start()
