@@ -63,6 +63,7 @@ class _PendingCheck:
     waiting: set[str]  # containers that have not reported yet
     ordered: dict[str, list[tuple[str, str]]]  # prober -> the pairs (as asked) it was told to check
     windows: list[WindowStats] = field(default_factory=list)
+    rejected: dict[frozenset[str], str] = field(default_factory=dict)  # pair -> why its window was
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -415,6 +416,10 @@ class ControllerState:
             mine = {e.id for e in self.regs[container].endpoints} if container in self.regs \
                 else set()
             ok = [w for w in windows if w.src in mine and w.problem() is None]
+            for w in windows:
+                why = "not its own endpoint's" if w.src not in mine else w.problem()
+                if why is not None:
+                    pending.rejected[frozenset((w.src, w.dst))] = why
             pending.windows.extend(ok)
             pending.waiting.discard(container)
             if not pending.waiting:
@@ -437,6 +442,9 @@ class ControllerState:
             answered = {frozenset((w.src, w.dst)) for w in pending.windows}
             missing = [(pair, "the prober's agent did not report in time"
                         if cid in pending.waiting else
+                        f"the prober's agent {cid} sent a window that cannot be trusted: "
+                        f"{pending.rejected[frozenset(pair)]}"
+                        if frozenset(pair) in pending.rejected else
                         f"the prober's agent {cid} reported no window for it")
                        for cid, asked in sorted(pending.ordered.items()) for pair in asked
                        if frozenset(pair) not in answered]

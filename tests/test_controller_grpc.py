@@ -236,8 +236,9 @@ def test_join_and_leave_push_only_the_changes(controller, topo_doc):
 
 
 def test_active_check_names_every_ordered_pair_left_without_a_window(controller, topo_doc):
-    """An agent that answers a check for only some of its ordered pairs: the
-    others come back as not checked, with why. Left unnamed, the analyzer
+    """An agent that answers a check for only some of its ordered pairs, or
+    with a window that cannot be trusted: those come back as not checked,
+    with why. Left unnamed, the analyzer
     judged them from older passive windows and called them checked-healthy
     in all but the reason."""
     import threading
@@ -251,34 +252,37 @@ def test_active_check_names_every_ordered_pair_left_without_a_window(controller,
     stream = stub.WatchPingList(pb.WatchPingListRequest(container="job7-w000"),
                                 timeout=STREAM_S)
     first = next(stream)
-    answered, skipped = sorted(first.upsert, key=lambda t: t.dst)[:2]
-    peers = sorted({t.dst.split("/")[0] for t in (answered, skipped)})
+    answered, skipped, broken = sorted(first.upsert, key=lambda t: t.dst)[:3]
+    peers = sorted({t.dst.split("/")[0] for t in (answered, skipped, broken)})
     for port, peer in enumerate(peers, start=7123):
         _register(stub, topo_doc, int(peer[-3:]), port=port)
         assert stub.Heartbeat(pb.HeartbeatRequest(container=peer, ready=True)).known
     active: set[str] = set()
-    while not {answered.dst, skipped.dst} <= active:  # the peers' targets activate
+    while not {answered.dst, skipped.dst, broken.dst} <= active:  # the peers' targets activate
         active |= {t.dst for t in next(stream).upsert if t.active}
     result: dict[str, pb.ActiveCheckResponse] = {}
     asking = threading.Thread(target=lambda: result.update(resp=stub.ActiveCheck(
         pb.ActiveCheckRequest(pairs=[cpb.EndpointPair(a=t.src, b=t.dst)
-                                     for t in (answered, skipped)], duration_s=1.0),
+                                     for t in (answered, skipped, broken)], duration_s=1.0),
         timeout=STREAM_S)))
     asking.start()
     order = next(u for u in stream if u.HasField("check")).check
-    assert {(t.src, t.dst) for t in order.targets} == {(answered.src, answered.dst),
-                                                         (skipped.src, skipped.dst)}
+    assert {(t.src, t.dst) for t in order.targets} == {
+        (t.src, t.dst) for t in (answered, skipped, broken)}
     w = WindowStats(src=answered.src, dst=answered.dst, window_start=1.0, window_end=2.0,
                     size=64, sent=10, lost=0, rtt_min=10.0, rtt_p25=11.0, rtt_median=12.0,
                     rtt_p75=13.0, rtt_mean=12.0, rtt_std=1.0, rtt_max=15.0)
+    bad = WindowStats(src=broken.src, dst=broken.dst, window_start=1.0, window_end=2.0,
+                      size=64, sent=3, lost=5)  # more lost than sent
     ack = stub.Report(iter([pb.AgentReport(container="job7-w000", check=pb.CheckResult(
-        id=order.id, windows=[serde.window_to_pb(w)]))]))
+        id=order.id, windows=[serde.window_to_pb(w), serde.window_to_pb(bad)]))]))
     assert ack.accepted == 1
     asking.join(STREAM_S)
     resp = result["resp"]
     assert [(x.src, x.dst) for x in resp.windows] == [(answered.src, answered.dst)]
-    [missing] = resp.unchecked
-    assert (missing.pair.a, missing.pair.b) == (skipped.src, skipped.dst)
-    assert "reported no window" in missing.reason
+    why = {(x.pair.a, x.pair.b): x.reason for x in resp.unchecked}
+    assert set(why) == {(skipped.src, skipped.dst), (broken.src, broken.dst)}, why
+    assert "reported no window" in why[(skipped.src, skipped.dst)]
+    assert "cannot be trusted: impossible counts" in why[(broken.src, broken.dst)]
     stream.cancel()
     ch.close()
