@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -42,3 +42,19 @@ def render_page(url: str, screenshot: str | None = None, budget_ms: int = 8000) 
         subprocess.run([*base, f"--screenshot={screenshot}", url], capture_output=True,
                        timeout=120, check=True)
     return dom
+
+
+def registered_state(topo: Any, ready: bool = False) -> Any:
+    """A controller state (no store) with every container of the topology
+    registered as its agent would, optionally ready."""
+    from controller.registration import RegEndpoint, Registration
+    from controller.state import ControllerState
+
+    state = ControllerState(topo, None, now=0.0)
+    for c in topo.containers.values():
+        state.register(Registration(container=c.id, job=c.job, host=c.host, probe_port=7100,
+                                    endpoints=tuple(RegEndpoint(e.id, e.nic, e.ip or "x")
+                                                    for e in c.endpoints)), now=0.0)
+        if ready:
+            state.heartbeat(c.id, True, now=0.0)
+    return state

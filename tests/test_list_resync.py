@@ -7,9 +7,9 @@ import threading
 import time
 from typing import Any
 
-from controller.registration import RegEndpoint, Registration
-from controller.state import ControllerState, ListUpdate
+from controller.state import ListUpdate
 from netskel.topology import parse_topology
+from tests.helpers import registered_state
 
 
 class SlowSink:
@@ -41,14 +41,9 @@ def test_no_update_older_than_a_resynced_list_follows_it(topo_doc: dict[str, Any
     over while its stream resyncs: every update the stream holds after a
     resync is newer than the whole list it just sent. (Emptied, then read
     in a second step, an update slipped in between and went out after the
-    newer list, winding the agent's targets back; bench/agents.py at
-    32,768 agents ended with lists not converged.)"""
+    newer list, winding the agent's targets back.)"""
     topo = parse_topology(topo_doc)
-    state = ControllerState(topo, None, now=0.0)
-    for c in topo.containers.values():
-        state.register(Registration(container=c.id, job=c.job, host=c.host, probe_port=7100,
-                                    endpoints=tuple(RegEndpoint(e.id, e.nic, e.ip or "x")
-                                                    for e in c.endpoints)), now=0.0)
+    state = registered_state(topo)
     me = sorted(state.lists)[0]
     peers = sorted({topo.endpoints[t.dst].container for t in state.lists[me].values()})
     assert peers, "the container must have targets"
@@ -89,12 +84,7 @@ def test_a_check_order_its_stream_refused_is_named_at_once(topo_doc: dict[str, A
     went nowhere: its pairs come back as not checked at once, instead of
     the caller waiting out the timeout for an answer that cannot come."""
     topo = parse_topology(topo_doc)
-    state = ControllerState(topo, None, now=0.0)
-    for c in topo.containers.values():
-        state.register(Registration(container=c.id, job=c.job, host=c.host, probe_port=7100,
-                                    endpoints=tuple(RegEndpoint(e.id, e.nic, e.ip or "x")
-                                                    for e in c.endpoints)), now=0.0)
-        state.heartbeat(c.id, True, now=0.0)
+    state = registered_state(topo, ready=True)
     me = sorted(state.lists)[0]
     pair = sorted(state.lists[me])[0]
     state.subscribe_list(me, Refusing())

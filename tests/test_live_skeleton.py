@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from controller.live import reinfer_job
-from controller.registration import RegEndpoint, Registration
 from controller.state import ControllerState
 from netskel.model import CounterSample
 from netskel.simulate import JobShape, Noise, simulate
 from netskel.topology import parse_topology
+from tests.helpers import registered_state
 
 
 def cluster(shape: JobShape, seconds: float = 120):
@@ -21,12 +21,7 @@ def cluster(shape: JobShape, seconds: float = 120):
         for k, e in enumerate(c["endpoints"]):
             e["ip"] = f"10.9.{len(e['id']) % 250}.{k}"
     topo = parse_topology(topo_doc)
-    state = ControllerState(topo, None, now=0.0)
-    for c in topo.containers.values():
-        state.register(Registration(container=c.id, job=c.job, host=c.host, probe_port=7100,
-                                    endpoints=tuple(RegEndpoint(e.id, e.nic, e.ip or "x")
-                                                    for e in c.endpoints)), now=0.0)
-        state.heartbeat(c.id, True, now=0.0)
+    state = registered_state(topo, ready=True)
     cols = {k: table.column(k).to_pylist() for k in table.column_names}
     by_container: dict[str, list[CounterSample]] = {}
     for ts, ep, tx, rx in zip(cols["ts"], cols["endpoint"], cols["tx_bytes"], cols["rx_bytes"],
