@@ -14,7 +14,7 @@ from controller.pinglist import Target
 from netskel.model import WindowStats
 from probe_agent import trace
 from probe_agent.udp import Prober, ProbeTarget
-from probe_agent.window import least_exact, summarize
+from probe_agent.window import NO_RTT, clock_name, clock_rank, summarize
 
 
 def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
@@ -24,7 +24,7 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     mine = tuple(t for t in targets if t.src in sources)
     sent: dict[tuple[str, str, int], int] = defaultdict(int)
     rtts: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-    clocks: dict[tuple[str, str, int], set[str]] = defaultdict(set)
+    ranks: dict[tuple[str, str, int], int] = defaultdict(lambda: NO_RTT)  # clock_rank
     lock = threading.Lock()
 
     def on_sent(src: str, dst: str, size: int, _t: float) -> None:
@@ -35,7 +35,8 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
         if 0 <= rtt_us <= timeout_s * 1e6:
             with lock:
                 rtts[(src, dst, size)].append(rtt_us)
-                clocks[(src, dst, size)].add(prober.timestamping)  # this RTT's clock
+                k = (src, dst, size)
+                ranks[k] = min(ranks[k], clock_rank(prober.timestamping))  # this RTT's clock
 
     # Every size each round: the per-target rate covers all sizes.
     n_sizes = max(len(sizes.get(t.src, ())) for t in mine) if mine else 1
@@ -70,7 +71,7 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     with lock:
         for (src, dst, size), n in sorted(sent.items()):
             w = summarize(src, dst, start, end, size, n, rtts.get((src, dst, size), []),
-                          clock=least_exact(tuple(clocks.get((src, dst, size), ()))))
+                          clock=clock_name(ranks.get((src, dst, size), NO_RTT)))
             tgt = by_key[(src, dst)]
             tr = routes.get((tgt.src_nic_ip, tgt.dst_nic_ip))
             out.append(dataclasses.replace(w, route=tr.route(switch_names)) if tr else w)

@@ -18,18 +18,28 @@ from netskel.model import CLOCKS, TAIL_SHIFT_US, WindowStats
 Key = tuple[int, str, str, int]  # (window index, src, dst, size)
 
 
+# A window's RTTs are only as exact as the least exact of them: its clock is
+# the minimum rank over its RTTs, with an unknown clock (-1) making the
+# window's unknown too.
+NO_RTT = len(CLOCKS)  # the rank before any RTT
+_RANK = {c: i for i, c in enumerate(CLOCKS)}
+
+
+def clock_rank(clock: str) -> int:
+    """Position in CLOCKS (least exact first); -1 for an unknown clock."""
+    return _RANK.get(clock, -1)
+
+
+def clock_name(rank: int) -> str:
+    """The clock of a minimum rank; "" when unknown or no RTT came back."""
+    return CLOCKS[rank] if 0 <= rank < len(CLOCKS) else ""
+
+
 @dataclass
 class _Acc:
     sent: int = 0
     rtts: list[float] = field(default_factory=list)
-    clock: int = len(CLOCKS)  # index into CLOCKS of the least exact RTT so far
-
-
-def least_exact(clocks: list[str] | tuple[str, ...]) -> str:
-    """The clock a window's RTTs can be trusted to: the least exact of
-    theirs ("" when none is known)."""
-    known = [CLOCKS.index(c) for c in clocks if c in CLOCKS]
-    return CLOCKS[min(known)] if known else ""
+    clock: int = NO_RTT  # clock_rank of the least exact RTT so far
 
 
 def summarize(src: str, dst: str, start: float, end: float, size: int, sent: int,
@@ -75,8 +85,7 @@ class WindowAccumulator:
         acc = self._acc.get((self._index(t_send), src, dst, size))
         if acc is not None:
             acc.rtts.append(rtt_us)
-            rank = CLOCKS.index(clock) if clock in CLOCKS else -1
-            acc.clock = min(acc.clock, rank)
+            acc.clock = min(acc.clock, clock_rank(clock))
 
     def close(self, now: float) -> list[WindowStats]:
         """Windows whose every probe has had its chance to return."""
@@ -86,7 +95,6 @@ class WindowAccumulator:
             idx, src, dst, size = k
             acc = self._acc.pop(k)
             start = idx * self.window_s
-            clock = CLOCKS[acc.clock] if 0 <= acc.clock < len(CLOCKS) else ""
             out.append(summarize(src, dst, start, start + self.window_s, size, acc.sent,
-                                 acc.rtts, self.proto, clock))
+                                 acc.rtts, self.proto, clock_name(acc.clock)))
         return out
