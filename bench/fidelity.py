@@ -158,6 +158,12 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
 
 
+def _figures(name: str, rtts: list[float]) -> dict[str, float]:
+    """`name`_median_us and `name`_p99_us."""
+    return {f"{name}_median_us": round(_pct(rtts, 50), 1),
+            f"{name}_p99_us": round(_pct(rtts, 99), 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -182,8 +188,7 @@ def main() -> None:
     ns_a, ns_b = f"{tag}a", f"{tag}b"
     with tempfile.TemporaryDirectory() as d:
         created = Created(f"{d}/created.json")
-        server = None
-        busy_server = None
+        servers: list[subprocess.Popen[str]] = []
         try:
             created.add_namespace(ns_a)
             created.add_namespace(ns_b)
@@ -193,19 +198,24 @@ def main() -> None:
                 run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
                 run("ip", "-n", ns, "link", "set", dev, "up")
                 run("ip", "-n", ns, "link", "set", "lo", "up")
-            server = subprocess.Popen(["ip", "netns", "exec", ns_b, sys.executable, __file__,
-                                       "--serve", ADDR_B, str(PORT), "0"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            created.add_pid(server.pid)
-            assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+
+            def responder(port: int, busy_us: int) -> subprocess.Popen[str]:
+                srv = subprocess.Popen(["ip", "netns", "exec", ns_b, sys.executable, __file__,
+                                        "--serve", ADDR_B, str(port), str(busy_us)],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                servers.append(srv)
+                created.add_pid(srv.pid)
+                assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
+                return srv
+
+            def prober(port: int, kernel_tx: bool, ifname: str, busy_us: int) -> Any:
+                return json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
+                                      "--probe", ADDR_A, ADDR_B, str(port), str(a.count),
+                                      "1" if kernel_tx else "0", ifname or "-", str(busy_us)))
+
+            responder(PORT, 0)
             if a.busy_poll:
-                busy_server = subprocess.Popen(
-                    ["ip", "netns", "exec", ns_b, sys.executable, __file__, "--serve", ADDR_B,
-                     str(PORT + 1), str(a.busy_poll)],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                created.add_pid(busy_server.pid)
-                assert busy_server.stdout is not None
-                assert busy_server.stdout.readline().strip() == "ready"
+                responder(PORT + 1, a.busy_poll)
             busy: list[float] = []
             nobusy: list[float] = []
             agent: list[float] = []
@@ -218,22 +228,16 @@ def main() -> None:
                 out = run("ip", "netns", "exec", ns_a, "ping", "-n",
                           "-c", str(a.count), "-i", "0.01", "-s", "56", ADDR_B)
                 p = [float(x) * 1000 for x in PING_RTT.findall(out)]
-                got = json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
-                                     "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count), "1",
-                                     f"{tag}x", "0"))
+                got = prober(PORT, True, f"{tag}x", 0)
                 mode = got["timestamping"]
                 ours = got["rtts"]
-                like = json.loads(run("ip", "netns", "exec", ns_a, sys.executable, __file__,
-                                      "--probe", ADDR_A, ADDR_B, str(PORT), str(a.count),
-                                      "0", "-", "0"))["rtts"]
+                like = prober(PORT, False, "", 0)["rtts"]
                 # Busy polling against the same prober without it, both
                 # without the capture tap, in alternating order (whichever
                 # runs second finds the machine warmer).
                 arms = [(PORT, 0), (PORT + 1, a.busy_poll)] if a.busy_poll else []
-                res_arms = {busy_us: json.loads(run(
-                    "ip", "netns", "exec", ns_a, sys.executable, __file__, "--probe", ADDR_A,
-                    ADDR_B, str(port), str(a.count), "1", "-", str(busy_us)))["rtts"]
-                    for port, busy_us in (arms if len(rounds) % 2 == 0 else arms[::-1])}
+                res_arms = {busy_us: prober(port, True, "", busy_us)["rtts"]
+                            for port, busy_us in (arms if len(rounds) % 2 == 0 else arms[::-1])}
                 polled, unpolled = res_arms.get(a.busy_poll, []), res_arms.get(0, [])
                 busy += polled
                 nobusy += unpolled
@@ -250,15 +254,13 @@ def main() -> None:
                                "wire_median_us": round(_pct(got["wire"], 50), 1),
                                "wire_p99_us": round(_pct(got["wire"], 99), 1),
                                "ping_n": len(p), "agent_n": len(ours)}
-                              | ({"agent_busy_poll_median_us": round(_pct(polled, 50), 1),
-                                  "agent_no_busy_poll_median_us": round(_pct(unpolled, 50), 1),
-                                  "agent_no_busy_poll_p99_us": round(_pct(unpolled, 99), 1),
-                                  "agent_busy_poll_p99_us": round(_pct(polled, 99), 1)}
-                                 if a.busy_poll else {}))
+                              | (_figures("agent_busy_poll", polled)
+                                 | _figures("agent_no_busy_poll", unpolled) if a.busy_poll
+                                 else {}))
                 print(json.dumps(rounds[-1]), file=sys.stderr)
         finally:
-            for srv in (server, busy_server):
-                if srv is not None and srv.stdin is not None:
+            for srv in servers:
+                if srv.stdin is not None:
                     srv.stdin.close()
                     try:
                         srv.wait(timeout=10)
@@ -276,10 +278,7 @@ def main() -> None:
            "ping_min_us": round(min(ping, default=float("nan")), 1)}
     if a.busy_poll:
         res["busy_poll_us"] = a.busy_poll
-        res["agent_busy_poll_median_us"] = round(_pct(busy, 50), 1)
-        res["agent_busy_poll_p99_us"] = round(_pct(busy, 99), 1)
-        res["agent_no_busy_poll_median_us"] = round(_pct(nobusy, 50), 1)
-        res["agent_no_busy_poll_p99_us"] = round(_pct(nobusy, 99), 1)
+        res |= _figures("agent_busy_poll", busy) | _figures("agent_no_busy_poll", nobusy)
     # The packet-capture reference on the prober's own veth, same probes.
     res["wire_median_us"] = round(_pct(wire_ref, 50), 1)
     res["wire_p99_us"] = round(_pct(wire_ref, 99), 1)
