@@ -68,7 +68,6 @@ class SimAgent:
     container: dict[str, Any]
     targets: dict[tuple[str, str], pb.PingTarget] = field(default_factory=dict)
     version: int = 0
-    updates: int = 0
     first_list_at: float = 0.0
     registered_at: float = 0.0
     sent: int = 0
@@ -90,7 +89,6 @@ class SimAgent:
         for t in u.remove:
             self.targets.pop((t.src, t.dst), None)
         self.version = u.version
-        self.updates += 1
 
     def request(self) -> pb.RegisterRequest:
         c = self.container
@@ -312,7 +310,7 @@ async def _diagnose(target: str, a: SimAgent, want: set[tuple[str, str]]) -> str
             snap: pb.PingListUpdate = await stream.read()  # type: ignore[assignment]
             stream.cancel()
     except grpc.aio.AioRpcError as e:
-        return f"{cid}: agent v{a.version} ({_view(mine, want)}); controller: {e.code().name}"
+        return f"{cid}: agent v{version} ({_view(mine, want)}); controller: {e.code().name}"
     theirs = {(t.src, t.dst): t.active for t in snap.upsert}
     late = a.history[seen:]
     return (f"{cid}: agent v{version} ({_view(mine, want)}); controller v{snap.version} "
