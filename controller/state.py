@@ -440,12 +440,16 @@ class ControllerState:
         with self._lock:
             self._checks.pop(check_id, None)
             answered = {frozenset((w.src, w.dst)) for w in pending.windows}
-            missing = [(pair, "the prober's agent did not report in time"
-                        if cid in pending.waiting else
-                        f"the prober's agent {cid} sent a window that cannot be trusted: "
-                        f"{pending.rejected[frozenset(pair)]}"
-                        if frozenset(pair) in pending.rejected else
-                        f"the prober's agent {cid} reported no window for it")
+
+            def why(cid: str, pair: frozenset[str]) -> str:
+                if cid in pending.waiting:
+                    return "the prober's agent did not report in time"
+                if pair in pending.rejected:
+                    return (f"the prober's agent {cid} sent a window that cannot be trusted: "
+                            f"{pending.rejected[pair]}")
+                return f"the prober's agent {cid} reported no window for it"
+
+            missing = [(pair, why(cid, frozenset(pair)))
                        for cid, asked in sorted(pending.ordered.items()) for pair in asked
                        if frozenset(pair) not in answered]
             return list(pending.windows), sorted(pending.waiting), missing
