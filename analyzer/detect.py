@@ -17,7 +17,6 @@ baseline it is judged against."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from scipy import special
 
 from analyzer.drift import benjamini_hochberg, fit_lognormal, ks_lognormal
 from analyzer.lof import lof_novelty
-from netskel.arrays import find_sorted
+from netskel.arrays import find_sorted, row_nanmedian
 from netskel.config import AnalyzerConfig
 from netskel.model import RTT_STATS
 
@@ -383,10 +382,9 @@ class Detector:
         """(usual median, usual p25, the rise that counts, enough history)
         per row from its healthy windows."""
         cfg = self.cfg
-        with warnings.catch_warnings():  # rows without history: all-NaN medians
-            warnings.simplefilter("ignore", RuntimeWarning)
-            ref_med = np.nanmedian(np.where(valid, hist[:, :, MEDIAN], np.nan), axis=1)
-            ref_p25 = np.nanmedian(np.where(valid, hist[:, :, P25], np.nan), axis=1)
+        # Rows without history: NaN.
+        ref_med = row_nanmedian(np.where(valid, hist[:, :, MEDIAN], np.nan))
+        ref_p25 = row_nanmedian(np.where(valid, hist[:, :, P25], np.nan))
         need = np.maximum(cfg.latency_min_shift_us, cfg.latency_rel_shift * np.nan_to_num(ref_med))
         return ref_med, ref_p25, need, valid.sum(axis=1) >= cfg.lof_min_history
 
@@ -509,16 +507,15 @@ class Detector:
         ring's median and p25 become a block of their slow reference."""
         if not len(rows):
             return
-        with warnings.catch_warnings():  # rows whose ring holds no RTT: all-NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            valid = self.hvalid[rows]
-            med = np.nanmedian(np.where(valid, self.hist[rows, :, MEDIAN], np.nan), axis=1)
-            p25 = np.nanmedian(np.where(valid, self.hist[rows, :, P25], np.nan), axis=1)
-            pos = self.spos[rows]
-            self.sref[rows, pos, 0], self.sref[rows, pos, 1] = med, p25
-            self.spos[rows] = (pos + 1) % self.sref.shape[1]
-            self.sref_med[rows] = np.nanmedian(self.sref[rows, :, 0], axis=1)
-            self.sref_p25[rows] = np.nanmedian(self.sref[rows, :, 1], axis=1)
+        # Rows whose ring holds no RTT: NaN.
+        valid = self.hvalid[rows]
+        med = row_nanmedian(np.where(valid, self.hist[rows, :, MEDIAN], np.nan))
+        p25 = row_nanmedian(np.where(valid, self.hist[rows, :, P25], np.nan))
+        pos = self.spos[rows]
+        self.sref[rows, pos, 0], self.sref[rows, pos, 1] = med, p25
+        self.spos[rows] = (pos + 1) % self.sref.shape[1]
+        self.sref_med[rows] = row_nanmedian(self.sref[rows, :, 0])
+        self.sref_p25[rows] = row_nanmedian(self.sref[rows, :, 1])
 
     def _drift(self, rows: np.ndarray, medians: np.ndarray, ok: np.ndarray, start: float,
                end: float) -> DriftReport | None:

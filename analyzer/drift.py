@@ -4,7 +4,8 @@ discovery rate controlled across pairs (a million healthy pairs tested at
 alpha 0.01 would otherwise raise ten thousand alarms).
 
 The test is one-sample Kolmogorov-Smirnov against the fitted log-normal
-(scipy.stats.kstest with 'lognorm' is the per-pair reference in tests);
+(scipy.stats.kstest with 'lognorm' is the per-pair reference in tests,
+its tail probability `ks_sf`);
 estimating the parameters from the reference, not from the tested period,
 keeps the test honest."""
 
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
+
+from netskel.arrays import row_nanmedian
 
 
 @dataclass
@@ -52,15 +55,24 @@ def ks_lognormal(mu: np.ndarray, sigma: np.ndarray, values: np.ndarray, valid: n
     tested = (n >= min_values) & np.isfinite(mu) & np.isfinite(sigma)
     pv = np.full(p, np.nan)
     if tested.any():
-        from scipy import stats  # 0.65 s to import: only once a period is tested
-
-        pv[tested] = stats.kstwo.sf(d[tested], n[tested])
+        pv[tested] = ks_sf(d[tested], n[tested])
     med = np.full(p, np.nan)
     some = n > 0  # a row with no valid value has no median (and numpy would warn)
     if m and some.any():
-        med[some] = np.nanmedian(np.where(valid[some], values[some], np.nan), axis=1)
+        med[some] = row_nanmedian(np.where(valid[some], values[some], np.nan))
     shift = np.where(tested, med / np.exp(mu) - 1.0, np.nan)
     return DriftResult(pvalue=pv, shift=shift)
+
+
+def ks_sf(d: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """P(D_n >= d) for the two-sided KS statistic, as twice the one-sided
+    (Smirnov) tail, capped at 1. Where a p-value can decide anything (its
+    tail) this is what scipy.stats.kstwo computes itself (Simard &
+    L'Ecuyer: 2 x smirnov once n d^2 >= 2.2 to 4); elsewhere it is the
+    union bound, never below the exact value, so it can only withhold a
+    discovery, never make one (tests hold it to kstwo). scipy.stats cost
+    0.65-1.6 s to import, a tenth of analysing an hour of probes."""
+    return np.asarray(np.minimum(1.0, 2.0 * special.smirnov(n, d)))
 
 
 def benjamini_hochberg(pvalues: np.ndarray, q: float) -> np.ndarray:

@@ -8,10 +8,11 @@ pair uses k = min(k, its history - 1) neighbours, as scikit-learn does."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
+
+from netskel.arrays import row_nanmedian
 
 EPS = 1e-10  # scikit-learn's guard against a zero reachability mean
 
@@ -81,8 +82,6 @@ def _lof_chunk(hist: np.ndarray, valid: np.ndarray, q: np.ndarray, k: int
     # it than history windows typically are from theirs (one stray history
     # window next to it does not pull it in).
     q_knn = np.where(in_k, np.where(np.isfinite(qd), qd, 0.0), 0.0).sum(axis=1) / kk
-    with warnings.catch_warnings():  # rows without history: all-NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        typical = np.nanmedian(np.where(valid, kdist, np.nan), axis=1)
+    typical = row_nanmedian(np.where(valid, kdist, np.nan))  # NaN: rows without history
     outside = usable & (q_knn > typical)
     return score, outside

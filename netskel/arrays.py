@@ -1,6 +1,8 @@
-"""Sort-based replacements for np.unique. numpy 2.4's np.unique hashes and is
-10-20x slower than a sort on this machine's arrays (measured: 0.40 s vs
-0.03 s for 512 K ints; 8.3 s for 2 M strings), which matters per window."""
+"""Sort-based replacements for np.unique and np.nanmedian. numpy 2.4's
+np.unique hashes and is 10-20x slower than a sort on this machine's arrays
+(measured: 0.40 s vs 0.03 s for 512 K ints; 8.3 s for 2 M strings), which
+matters per window; its nanmedian of short rows goes through masked arrays
+(5 ms for 7,168 rows of 10 against 0.8 ms sorted)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,21 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.empty(len(x), dtype=np.int64)
     inverse[order] = np.cumsum(first) - 1
     return np.asarray(s[first]), inverse
+
+
+def row_nanmedian(x: np.ndarray) -> np.ndarray:
+    """np.nanmedian(x, axis=1) of a 2-D array, NaN (and no warning) for a
+    row without a value: a sort puts NaN last, so each row's median sits
+    at its count of values."""
+    if x.shape[1] == 0:
+        return np.full(x.shape[0], np.nan)
+    s = np.sort(x, axis=1)
+    n = np.count_nonzero(~np.isnan(x), axis=1)
+    lo = np.maximum((n - 1) // 2, 0)[:, None]
+    hi = np.minimum(n // 2, x.shape[1] - 1)[:, None]
+    out = (np.take_along_axis(s, lo, axis=1)[:, 0] + np.take_along_axis(s, hi, axis=1)[:, 0]) / 2
+    out[n == 0] = np.nan
+    return np.asarray(out)
 
 
 def find_sorted(keys: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""The sort-based uniques and lookups agree with numpy's."""
+"""The sort-based uniques, lookups and medians agree with numpy's."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from netskel.arrays import (
     factorize,
     find_sorted,
     pair_order,
+    row_nanmedian,
     unique,
     unique_inverse,
     unique_rows_inverse,
@@ -56,3 +57,20 @@ def test_find_sorted_agrees_with_isin(n_keys):
     found, at = find_sorted(keys, x)
     assert found.tolist() == np.isin(x, keys).tolist()
     assert (keys[at[found]] == x[found]).all()
+
+
+@pytest.mark.parametrize("cols", [0, 1, 2, 7, 10, 31])
+def test_row_nanmedian_agrees_with_nanmedian(cols):
+    """Odd and even counts, rows with one value, rows with none (NaN, and no
+    warning where numpy warns), infinities kept as values."""
+    rng = np.random.default_rng(cols)
+    x = rng.normal(size=(400, cols))
+    x[rng.random(x.shape) < 0.4] = np.nan
+    x[:5] = np.nan
+    if cols:
+        x[5:10, 0] = np.inf
+        x[10:15, :] = 3.0
+    with pytest.warns(RuntimeWarning) if cols else np.errstate():
+        want = np.nanmedian(x, axis=1) if cols else np.full(400, np.nan)
+    got = row_nanmedian(x)
+    np.testing.assert_array_equal(got, want)
