@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 
 from analyzer import metrics
-from analyzer.batch import WindowBatch
+from analyzer.batch import STAT_FIELDS, WindowBatch
 from analyzer.detect import (
     STATS,
     Detector,
@@ -35,7 +35,7 @@ from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.routesums import RouteSums
 from analyzer.store import IncidentStore
-from netskel.arrays import unique, unique_rows_inverse
+from netskel.arrays import find_sorted, unique, unique_rows_inverse
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
 from netskel.model import AgentState, Incident, VSwitchDump, WindowStats, pair_key
@@ -140,8 +140,7 @@ class Analyzer:
         # links by codes while the batches share their name lists (offline).
         self._link_index: dict[str, int] = {}
         self._link_names: list[str] = []
-        self._code_links: dict[tuple[int, int, int, int], tuple[int, ...]] = {}
-        self._code_links_names: tuple[list[str], list[str]] | None = None
+        self._entry_links_cache = _EntryLinks([], [])
         # Per link, healthy routed probes seen (sent, lost), and the last
         # window's when it was suspicious: the route-evidence loss test's state.
         self._link_hist: dict[str, tuple[float, float]] = {}
@@ -584,11 +583,15 @@ class Analyzer:
         traced = np.flatnonzero(b.route >= 0)
         if len(traced):  # the last window of each pair with a route wins, as before
             last = traced[::-1]
-            _, first = np.unique(np.stack([pa[last], pb[last]], axis=1), axis=0,
-                                 return_index=True)
-            for i in last[first].tolist():
-                self._routes[(names[pa[i]], names[pb[i]])] = (names[b.src[i]],
-                                                              b.route_names[b.route[i]])
+            # Pairs in (first, second) order, each at its first place in `last`.
+            key = pa[last].astype(np.int64) * len(names) + pb[last]
+            by_key = np.argsort(key, kind="stable")
+            k = key[by_key]
+            win = last[by_key[np.r_[True, k[1:] != k[:-1]]]]
+            rn = b.route_names
+            for a, c, src, r in zip(pa[win].tolist(), pb[win].tolist(), b.src[win].tolist(),
+                                    b.route[win].tolist(), strict=True):
+                self._routes[(names[a], names[c])] = (names[src], rn[r])
         m = int(b.r_ptr[-1])
         if m == 0:
             return
@@ -626,26 +629,22 @@ class Analyzer:
 
     def _entry_links(self, b: WindowBatch, uniq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each route entry's known links as link ids (CSR). Cached by codes
-        while batches share their name lists, by names otherwise."""
-        names, rnames = b.names, b.route_names
-        cur = self._code_links_names
-        if cur is None or cur[0] is not names or cur[1] is not rnames:
-            self._code_links = {}
-            self._code_links_names = (names, rnames)
-        cache = self._code_links
-        lists: list[tuple[int, ...]] = []
-        for key in map(tuple, uniq.tolist()):
-            got = cache.get(key)
-            if got is None:
-                a, c, src, r = key
-                links = self._route_links((names[a], names[c]), names[src], rnames[r])[0]
-                got = cache[key] = tuple(self._link_id(k) for k in links)
-            lists.append(got)
-        lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-        lptr = np.zeros(len(lists) + 1, dtype=np.int64)
-        np.cumsum(lens, out=lptr[1:])
-        lid = np.fromiter((x for t in lists for x in t), dtype=np.int64, count=int(lptr[-1]))
-        return lptr, lid
+        while batches share their name lists (offline: every window), so a
+        window looks its entries up in one search and computes only the
+        entries it has not seen."""
+        cache = self._entry_links_cache
+        if cache.names is not b.names or cache.rnames is not b.route_names:
+            cache = self._entry_links_cache = _EntryLinks(b.names, b.route_names)
+        key = cache.packed(uniq)
+        found, at = find_sorted(cache.keys, key)
+        if not found.all():
+            names, rnames = b.names, b.route_names
+            cache.add(key[~found], [
+                tuple(self._link_id(k) for k in self._route_links(
+                    (names[a], names[c]), names[src], rnames[r])[0])
+                for a, c, src, r in uniq[~found].tolist()])
+            at = find_sorted(cache.keys, key)[1]
+        return cache.gather(at)
 
     def _link_id(self, link: str) -> int:
         got = self._link_index.get(link)
@@ -690,7 +689,7 @@ class Analyzer:
                 else:
                     symptom = "latency"
                 anomalous[pair] = symptom
-                evidence[pair] = {f"size_{int(b.size[i])}": _window_evidence(b.window(i), obs, i)
+                evidence[pair] = {f"size_{int(b.size[i])}": _window_evidence(b, obs, i)
                                   for i in idx}
         for pair, ev in self._lossy_links(len(b), set(anomalous), gone).items():
             if pair not in anomalous:
@@ -1289,24 +1288,29 @@ def _half_shared(mine: set[Pair], theirs: Collection[Pair]) -> int:
     return n if n and 2 * n >= min(len(mine), len(theirs)) else 0
 
 
-def _window_evidence(w: WindowStats, obs: Observation, i: int) -> dict[str, object]:
-    """What a person needs to judge one window: counts, the loss test, the
-    RTT statistics against the pair's usual median and the LOF score."""
-    ev: dict[str, object] = {"sent": w.sent, "lost": w.lost,
+def _window_evidence(b: WindowBatch, obs: Observation, i: int) -> dict[str, object]:
+    """What a person needs to judge one window (row i of the batch, read
+    from its columns: thousands of rows in a fault's window): counts, the
+    loss test, the RTT statistics against the pair's usual median and the
+    LOF score."""
+    sent, lost, slow = int(b.sent[i]), int(b.lost[i]), int(b.slow[i])
+    ev: dict[str, object] = {"sent": sent, "lost": lost,
                              "loss_p_value": float(f"{obs.loss_p[i]:.3g}"),
                              "loss_baseline": float(f"{obs.loss_baseline[i]:.3g}")}
-    if w.lost < w.sent:
-        ev["rtt_us"] = {f.removeprefix("rtt_"): round(getattr(w, f), 1) for f in STATS}
-        if w.clock:  # how far the RTTs can be trusted: NIC, kernel or user-space stamps
-            ev["rtt_clock"] = w.clock
+    if lost < sent:
+        row = dict(zip(STAT_FIELDS, b.stats[i].tolist(), strict=True))
+        ev["rtt_us"] = {f.removeprefix("rtt_"): round(row[f], 1) for f in STATS}
+        clock = b.clocks[int(b.clock[i])]
+        if clock:  # how far the RTTs can be trusted: NIC, kernel or user-space stamps
+            ev["rtt_clock"] = clock
     if np.isfinite(obs.ref_median[i]):
         ev["usual_median_us"] = round(float(obs.ref_median[i]), 1)
     if obs.crept is not None and obs.crept[i] and obs.slow_ref is not None:
         ev["slow_reference_median_us"] = round(float(obs.slow_ref[i]), 1)
     if np.isfinite(obs.lof[i]):
         ev["lof"] = round(float(obs.lof[i]), 2)
-    if w.slow:
-        ev["slow_tail"] = w.slow  # probes >= 20 us above the window's own p25
+    if slow:
+        ev["slow_tail"] = slow  # probes >= 20 us above the window's own p25
     flags = [n for n, a in (("loss", obs.loss), ("latency", obs.latency),
                             ("unreachable", obs.unreachable)) if a[i]]
     if obs.tail is not None and obs.tail[i]:
@@ -1315,3 +1319,43 @@ def _window_evidence(w: WindowStats, obs: Observation, i: int) -> dict[str, obje
         ev["anomalies"] = flags
     return ev
 
+
+class _EntryLinks:
+    """Route entries' link ids by entry key (pair, tracing end and route
+    codes packed into one integer), for one pair of name lists: sorted keys
+    and their link ids as CSR, so a window's entries are found by one
+    binary search each and gathered without a Python loop."""
+
+    def __init__(self, names: list[str], rnames: list[str]) -> None:
+        self.names, self.rnames = names, rnames
+        self._radix = (len(names), max(1, len(rnames)))
+        self.keys = np.zeros(0, dtype=np.int64)
+        self._lists: dict[int, tuple[int, ...]] = {}
+        self._ptr = np.zeros(1, dtype=np.int64)
+        self._ids = np.zeros(0, dtype=np.int64)
+
+    def packed(self, uniq: np.ndarray) -> np.ndarray:
+        """(first, second, tracing end, route) rows as one key each; exact
+        while names^3 x routes stays below 2^63 (a million endpoints and
+        routes: object arithmetic beyond)."""
+        n, r = self._radix
+        u = uniq.astype(np.int64 if n ** 3 * r < 2 ** 62 else object)
+        return np.asarray(((u[:, 0] * n + u[:, 1]) * n + u[:, 2]) * r + u[:, 3])
+
+    def add(self, keys: np.ndarray, lists: list[tuple[int, ...]]) -> None:
+        self._lists.update(zip(keys.tolist(), lists, strict=True))
+        self.keys = np.asarray(sorted(self._lists), dtype=keys.dtype)
+        ordered = [self._lists[k] for k in self.keys.tolist()]
+        lens = np.fromiter(map(len, ordered), dtype=np.int64, count=len(ordered))
+        self._ptr = np.zeros(len(ordered) + 1, dtype=np.int64)
+        np.cumsum(lens, out=self._ptr[1:])
+        self._ids = np.fromiter((x for t in ordered for x in t), dtype=np.int64,
+                                count=int(self._ptr[-1]))
+
+    def gather(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row pointer, link ids) of the entries at these cache positions."""
+        lo, lens = self._ptr[at], np.diff(self._ptr)[at]
+        ptr = np.zeros(len(at) + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        idx = np.repeat(lo - ptr[:-1], lens) + np.arange(int(ptr[-1]), dtype=np.int64)
+        return ptr, self._ids[idx]
