@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
-from analyzer.engine import FAULT, INCONCLUSIVE, OK, Analyzer
+from analyzer.engine import FAULT, INCONCLUSIVE, OK, Analyzer, _EntryLinks
 from analyzer.localize import localize
 from analyzer.paths import UnderlayPaths
+from netskel.arrays import find_sorted
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
 from netskel.model import AgentState, Component, RouteStats, WindowStats
@@ -528,3 +530,23 @@ def test_one_component_named_twice_in_a_window_is_one_window_of_evidence(engine)
     assert window(1, [Finding(tor, "underlay", "latency", half + other, 0.5)]) == []
     opened = window(2, [Finding(tor, "underlay", "latency", half + other, 0.5)])
     assert [(i.component, i.start) for i in opened] == [(tor, T0)]
+
+
+def test_entry_links_cache_gathers_what_was_added_in_any_order():
+    """Route entries' link lists found by packed key: entries added over
+    several windows (empty lists among them), gathered in any order and
+    with repeats, come back as their own lists."""
+    names, rnames = [f"e{i}" for i in range(7)], ["r0", "r1", "r2"]
+    cache = _EntryLinks(names, rnames)
+    rows = np.array([[0, 1, 0, 2], [0, 1, 1, 2], [2, 5, 5, 0], [3, 4, 3, 1], [6, 6, 0, 0]])
+    lists = [(4, 1), (), (7,), (0, 2, 9), (3,)]
+    key = cache.packed(rows)
+    assert len(set(key.tolist())) == len(rows), "distinct rows, distinct keys"
+    cache.add(key[:3], lists[:3])
+    cache.add(key[3:], lists[3:])
+    want = [4, 0, 2, 2, 3, 1]
+    found, at = find_sorted(cache.keys, key[want])
+    assert found.all()
+    ptr, ids = cache.gather(at)
+    got = [tuple(ids[ptr[k]:ptr[k + 1]].tolist()) for k in range(len(want))]
+    assert got == [lists[w] for w in want]
