@@ -49,22 +49,29 @@ def received_by_group(group: np.ndarray, rtt: np.ndarray, g: int
     return sent, received, gr[order], rt[order], starts
 
 
-def grouped(keys: np.ndarray, rtt: np.ndarray
+def grouped(keys: np.ndarray, rtt: np.ndarray, rtt_sorted: bool = False
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                       np.ndarray]:
+                       np.ndarray, np.ndarray | None]:
     """(distinct key rows sorted, each row's group, then received_by_group's
-    five arrays) for non-negative int64 key rows. Two sorts instead of
-    three: the RTTs once, then one stable sort by the packed key groups the
-    rows and leaves each group's RTTs in order (lost probes, sorted as
-    infinite, at each group's end)."""
+    five arrays, and the row order by group and RTT, None where the keys
+    are too wide to pack) for non-negative int64 key rows. Two sorts
+    instead of three: the RTTs once, then one stable sort by the packed key
+    groups the rows and leaves each group's RTTs in order (lost probes,
+    sorted as infinite, at each group's end). `rtt_sorted`: the rows are
+    already in that RTT order within every group of these keys (a finer
+    grouping of rows taken in an earlier call's order), so the stable sort
+    alone does."""
     keys = np.asarray(keys, dtype=np.int64)
     flat = packed_rows(keys)
     if flat is None:  # too wide to pack
         uniq, group = unique_rows_inverse(keys)
-        return (uniq, group, *received_by_group(group, rtt, len(uniq)))
+        return (uniq, group, *received_by_group(group, rtt, len(uniq)), None)
     ok = np.isfinite(rtt)
-    by_rtt = np.argsort(np.where(ok, rtt, np.inf))
-    order = by_rtt[np.argsort(flat[by_rtt], kind="stable")]
+    if rtt_sorted:
+        order = np.argsort(flat, kind="stable")
+    else:
+        by_rtt = np.argsort(np.where(ok, rtt, np.inf))
+        order = by_rtt[np.argsort(flat[by_rtt], kind="stable")]
     fs = flat[order]
     first = np.empty(len(fs), dtype=bool)
     first[:1] = True
@@ -80,7 +87,7 @@ def grouped(keys: np.ndarray, rtt: np.ndarray
     received = np.bincount(gr, minlength=g)
     starts = np.zeros(g, dtype=np.int64)
     starts[1:] = np.cumsum(received)[:-1]
-    return uniq, group, sent, received, gr, rtt[order][okk], starts
+    return uniq, group, sent, received, gr, rtt[order][okk], starts, order
 
 
 def compute_windows_parallel(rec: ProbeRecords, window_s: float = 30.0, parts: int = 2
@@ -120,7 +127,7 @@ def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
     proto_names, proto_code = rec.factorized("proto")
     widx = np.floor(rec.ts / window_s).astype(np.int64)
     keys = np.stack([widx, src_code, dst_code, rec.size, proto_code], axis=1)
-    uniq, group, sent, received, gr, rt, starts = grouped(keys, rec.rtt_us)
+    uniq, group, sent, received, gr, rt, starts, order = grouped(keys, rec.rtt_us)
     g = len(uniq)
     has = received > 0
     safe_counts = np.maximum(received, 1)
@@ -153,7 +160,11 @@ def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
         named = np.asarray(route_names + [""], dtype=object)
         traced = (code >= 0) & (named[code] != "")
         route[group[traced]] = code[traced]
-        r_ptr, *r_cols = _route_stats(group[traced], code[traced], rec.rtt_us[traced], g)
+        # In the windows' (group, RTT) order, each route's probes are in RTT
+        # order already: no second RTT sort.
+        rows = np.flatnonzero(traced) if order is None else order[traced[order]]
+        r_ptr, *r_cols = _route_stats(group[rows], code[rows], rec.rtt_us[rows], g,
+                                      rtt_sorted=order is not None)
     # One endpoint dictionary for both ends.
     names = sorted(set(src_names) | set(dst_names))
     at = {x: i for i, x in enumerate(names)}
@@ -171,7 +182,8 @@ def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
                        r_median=r_cols[3])
 
 
-def _route_stats(group: np.ndarray, code: np.ndarray, rtt: np.ndarray, g: int
+def _route_stats(group: np.ndarray, code: np.ndarray, rtt: np.ndarray, g: int,
+                 rtt_sorted: bool = False
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each window's traced probes by forward route, as CSR arrays (row
     pointer per window; route code, sent, lost, median RTT per entry). A lost
@@ -180,7 +192,8 @@ def _route_stats(group: np.ndarray, code: np.ndarray, rtt: np.ndarray, g: int
     if len(group) == 0:
         return ptr, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), \
             np.zeros(0, dtype=np.int64), np.zeros(0)
-    uniq, _, sent, received, _, rt, starts = grouped(np.stack([group, code], axis=1), rtt)
+    uniq, _, sent, received, _, rt, starts, _ = grouped(np.stack([group, code], axis=1), rtt,
+                                                        rtt_sorted)
     m = len(uniq)
     med = np.full(m, np.nan)
     has = received > 0

@@ -240,3 +240,32 @@ def test_live_windows_in_columns_are_rejected_charted_and_queued_as_objects_were
     assert engine.add_live(WindowBatch.from_windows(ok)) == [
         f"{a}->{b}: window arrived after its time was analysed",
         f"{a}->{c}: window arrived after its time was analysed"]
+
+
+def test_route_statistics_agree_with_the_raw_probes(recording, tmp_path):
+    """Each window's per-route sent, lost and median RTT, as a dictionary
+    of the recording's own probes computes them (the columns take the
+    routes' RTT order from the windows' sort, without sorting again)."""
+    topo, _ = recording
+    doc = with_overlay(layout_doc(LAY))
+    table, _ = simulate_probes(doc, 120.0, [], ProbeNoise(rate_hz=3.0, healthy_loss=0.05), seed=5, t0=T0)
+    pq.write_table(table, tmp_path / "p.parquet")
+    batch = window_batch(read_probe_records(tmp_path / "p.parquet", topo), 30.0)
+    want: dict[tuple[object, ...], list[float]] = defaultdict(list)
+    sent: dict[tuple[object, ...], int] = defaultdict(int)
+    for r in table.to_pylist():
+        if not r.get("route"):
+            continue
+        key = (math.floor(r["ts"] / 30.0) * 30.0, r["src"], r["dst"], r["size"], r["route"])
+        sent[key] += 1
+        if r["rtt_us"] is not None:
+            want[key].append(r["rtt_us"])
+    got = {(w.window_start, w.src, w.dst, w.size, rs.route): rs
+           for w in batch.windows() for rs in w.routes}
+    assert got.keys() == sent.keys() and any(len(v) < sent[k] for k, v in want.items())
+    for key, rs in got.items():
+        assert rs.sent == sent[key] and rs.lost == sent[key] - len(want[key])
+        if want[key]:
+            assert rs.rtt_median == pytest.approx(float(np.median(want[key])), rel=1e-12)
+        else:
+            assert math.isnan(rs.rtt_median)
