@@ -325,13 +325,29 @@ def collective_mask(sym: np.ndarray, groups: list[np.ndarray] | None = None) -> 
     m = rel > COLLECTIVE_LEVEL
     for g in groups or []:
         if len(g) > 1:
-            hot = np.median(rel[g], axis=0) > COLLECTIVE_LEVEL
+            hot = median_above(rel[g], COLLECTIVE_LEVEL)
             hot[1:] |= hot[:-1].copy()
             hot[:-1] |= hot[1:].copy()
             m[g] &= hot
     m[:, 1:] |= m[:, :-1].copy()
     m[:, :-1] |= m[:, 1:].copy()
     return np.asarray(m)
+
+
+def median_above(x: np.ndarray, level: float) -> np.ndarray:
+    """np.median(x, axis=0) > level per column, by counting the values
+    above: with more than half of them above, the median is; with fewer
+    than half, it is not. Only a column with exactly half above (an even
+    count) needs its median (a group's 512 x 2,400 samples: 1 ms against
+    23 ms)."""
+    n = x.shape[0]
+    above = np.count_nonzero(x > level, axis=0)
+    out = np.asarray(2 * above > n + (1 if n % 2 == 0 else 0))
+    if n % 2 == 0:
+        tie = np.flatnonzero(2 * above == n)
+        if len(tie):
+            out[tie] = np.median(x[:, tie], axis=0) > level
+    return out
 
 
 def activity_wobble(x: np.ndarray, mask: np.ndarray, it: Iterations, dt: float,

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from controller.skeleton import WIDENED_CONFIDENCE, infer, to_rates
-from controller.timing import find_iterations, reduction_bursts
+from controller.timing import find_iterations, median_above, reduction_bursts
 from netskel.cli import main
 from netskel.model import pair_key
 from netskel.simulate import JobShape, Noise, simulate
@@ -1290,3 +1290,14 @@ def test_replicas_are_merged_by_the_expert_groups_seen_on_any_rail():
     assert expert_units(units, groups[:3], 16) is None  # stage 1's replicas 2 and 3 in no group
     lopsided = [np.array([0, 2]), np.array([2, 4]), np.array([5, 7])] + groups[2:]
     assert expert_units(units, lopsided, 16) is None  # one merge of three, one alone
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 9, 512])
+def test_median_above_by_counting_is_the_median(n):
+    """A group's collective samples: more than half its members above the
+    level, or the median itself where exactly half are (values on the
+    level, and pairs straddling it, included)."""
+    rng = np.random.default_rng(n)
+    x = rng.choice([0.0, 0.04, 0.05, 0.06, 0.5], size=(n, 4000)).astype(np.float32)
+    x[:, :1000] = rng.random((n, 1000), dtype=np.float32) * 0.1
+    np.testing.assert_array_equal(median_above(x, 0.05), np.median(x, axis=0) > 0.05)
