@@ -11,9 +11,12 @@ rows SciPy's compiled code is worth its import, and is imported then.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 LINKAGE_SMALL = 256  # points up to which the numpy linkage runs (5 ms at 256)
+LINKAGE_TINY = 16  # points up to which plain Python floats beat numpy's per-call cost
 ASSIGN_SMALL = 64  # rows up to which the numpy assignment runs (5 ms at 64)
 
 
@@ -28,6 +31,8 @@ def average_linkage(d: np.ndarray) -> np.ndarray:
 
         z = hierarchy.linkage(squareform(d, checks=False), method="average")
         return _scipy_merges(z, n)
+    if n <= LINKAGE_TINY and np.isfinite(d).all():
+        return _average_linkage_tiny(d)
     dist = np.array(d, dtype=np.float64)
     np.fill_diagonal(dist, np.inf)
     size = np.ones(n)
@@ -49,6 +54,43 @@ def average_linkage(d: np.ndarray) -> np.ndarray:
         dist[:, i] = merged
         dist[j, :] = np.inf
         dist[:, j] = np.inf
+    return out
+
+
+def _average_linkage_tiny(d: np.ndarray) -> np.ndarray:
+    """average_linkage in plain Python floats for a handful of points (a
+    container's NICs: thousands of 8 x 8 matrices at 32,768 endpoints,
+    where numpy's per-call overhead was most of the time). The same scan
+    order (first minimum, row by row) and the same arithmetic, so the same
+    merges."""
+    n = len(d)
+    dist = [[float(v) for v in row] for row in np.asarray(d, dtype=np.float64)]
+    for i in range(n):
+        dist[i][i] = math.inf
+    size = [1.0] * n
+    alive = [True] * n
+    out = np.empty((max(n - 1, 0), 2), dtype=np.int64)
+    for k in range(n - 1):
+        best, i, j = math.inf, 0, 0
+        for a in range(n):
+            row = dist[a]
+            for b in range(n):
+                if row[b] < best:
+                    best, i, j = row[b], a, b
+        i, j = min(i, j), max(i, j)
+        out[k] = (i, j)
+        si, sj = size[i], size[j]
+        merged = [(si * x + sj * y) / (si + sj) for x, y in zip(dist[i], dist[j], strict=True)]
+        size[i] = si + sj
+        alive[j] = False
+        for c in range(n):
+            if not alive[c] or c == i:
+                merged[c] = math.inf
+        dist[i] = merged
+        dist[j] = [math.inf] * n
+        for c in range(n):
+            dist[c][i] = merged[c]
+            dist[c][j] = math.inf
     return out
 
 
@@ -77,9 +119,9 @@ def cut(merges: np.ndarray, n: int, groups: int) -> np.ndarray:
     parent = list(range(n))
     for i, j in merges[: max(0, n - groups)].tolist():
         parent[find_root(parent, j)] = find_root(parent, i)
-    roots = np.array([find_root(parent, x) for x in range(n)])
-    _, labels = np.unique(roots, return_inverse=True)
-    return np.asarray(labels, dtype=np.int64)
+    roots = [find_root(parent, x) for x in range(n)]
+    label = {r: k for k, r in enumerate(sorted(set(roots)))}
+    return np.array([label[r] for r in roots], dtype=np.int64)
 
 
 def max_assignment(score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -319,8 +319,9 @@ def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
         return np.zeros(n, dtype=np.int64), 1.0
     d = distances(x)
     merges = average_linkage(d)
-    names, host_code = np.unique(np.asarray(hosts, dtype=object), return_inverse=True)
-    n_hosts = len(names)
+    codes: dict[str, int] = {}
+    host_code = np.array([codes.setdefault(h, len(codes)) for h in hosts], dtype=np.int64)
+    n_hosts = len(codes)
     best: tuple[float, np.ndarray | None] = (0.0, None)
     for g in range(2, n // 2 + 1):
         if n % g:
@@ -329,7 +330,7 @@ def equal_clusters(x: np.ndarray, hosts: list[str], min_separation: float = 0.5
         sizes = np.bincount(labels, minlength=g)
         if len(sizes) != g or np.any(sizes != n // g):
             continue
-        if len(np.unique(labels * n_hosts + host_code)) != n:  # two NICs of a host together
+        if len(set((labels * n_hosts + host_code).tolist())) != n:  # two NICs of a host together
             continue
         sep = silhouette(d, labels)
         if sep > best[0]:

@@ -9,6 +9,7 @@ from scipy.cluster import hierarchy
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import pdist, squareform
 
+from controller import grouping
 from controller.grouping import _scipy_merges, average_linkage, cut, max_assignment
 
 
@@ -30,6 +31,19 @@ def test_average_linkage_cuts_match_scipy(n, dim, seed):
         assert _same_partition(cut(merges, n, g), ref), g
     # The SciPy path (large inputs) reads its linkage matrix the same way.
     np.testing.assert_array_equal(_scipy_merges(z, n), merges)
+
+
+@pytest.mark.parametrize("n,seed", [(2, 0), (5, 1), (8, 2), (8, 3), (16, 4)])
+def test_tiny_linkage_merges_as_the_numpy_one(n, seed, monkeypatch):
+    """The plain-Python linkage for a handful of points takes the same
+    merges as the numpy one, ties (repeated points) included."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 3))
+    x[n // 2:] = x[: n - n // 2] if seed % 2 else x[n // 2:]  # repeated points: tied distances
+    d = squareform(pdist(x))
+    tiny = average_linkage(d)
+    monkeypatch.setattr(grouping, "LINKAGE_TINY", 0)
+    np.testing.assert_array_equal(tiny, average_linkage(d))
 
 
 @pytest.mark.parametrize("r,c,seed", [(1, 1, 0), (3, 3, 1), (8, 8, 2), (5, 9, 3), (40, 40, 4)])
