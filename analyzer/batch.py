@@ -15,6 +15,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from netskel.arrays import csr_rows
 from netskel.model import RTT_STATS, RouteStats, WindowStats
 
 STAT_FIELDS = RTT_STATS  # the RTT statistics' columns, in the detector's order
@@ -59,11 +60,7 @@ class WindowBatch:
     def take(self, idx: np.ndarray) -> WindowBatch:
         """The windows at idx, in that order."""
         idx = np.asarray(idx, dtype=np.int64)
-        lo, hi = self.r_ptr[idx], self.r_ptr[idx + 1]
-        lens = hi - lo
-        ptr = np.zeros(len(idx) + 1, dtype=np.int64)
-        np.cumsum(lens, out=ptr[1:])
-        at = np.repeat(lo - ptr[:-1], lens) + np.arange(int(ptr[-1]), dtype=np.int64)
+        ptr, at = csr_rows(self.r_ptr, idx)
         return WindowBatch(self.names, self.src[idx], self.dst[idx], self.start[idx],
                            self.end[idx], self.size[idx], self.sent[idx], self.lost[idx],
                            self.stats[idx], self.slow[idx], self.protos, self.proto[idx],

@@ -35,7 +35,7 @@ from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.routesums import RouteSums
 from analyzer.store import IncidentStore
-from netskel.arrays import find_sorted, unique, unique_rows_inverse
+from netskel.arrays import csr_rows, find_sorted, unique, unique_rows_inverse
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
 from netskel.model import AgentState, Incident, VSwitchDump, WindowStats, pair_key
@@ -776,10 +776,7 @@ class Analyzer:
         self._rg_ptr = np.concatenate([self._rg_ptr, np.asarray(new_ptr, dtype=np.int64)])
 
     def _loss_groups(self, rows: np.ndarray) -> Groups:
-        lo, hi = self._rg_ptr[rows], self._rg_ptr[rows + 1]
-        lens = hi - lo
-        indptr = np.concatenate([[0], np.cumsum(lens)])
-        idx = np.repeat(lo - indptr[:-1], lens) + np.arange(int(indptr[-1]))
+        indptr, idx = csr_rows(self._rg_ptr, rows)
         return Groups(indptr, self._rg_codes[idx], len(self._group_ids))
 
     @staticmethod
@@ -791,10 +788,8 @@ class Analyzer:
         hr = healthy_rows[order]
         keep = np.concatenate([[True], pid[hr][1:] != pid[hr][:-1]]) if len(hr) else hr.astype(bool)
         rows = hr[keep]
-        lens = groups.indptr[rows + 1] - groups.indptr[rows]
-        starts = np.concatenate([[0], np.cumsum(lens)])
-        idx = np.repeat(groups.indptr[rows] - starts[:-1], lens) + np.arange(int(starts[-1]))
-        return np.repeat(np.arange(len(rows)), lens), groups.codes[idx]
+        starts, idx = csr_rows(groups.indptr, rows)
+        return np.repeat(np.arange(len(rows)), np.diff(starts)), groups.codes[idx]
 
     def _link_clears(self, groups: Groups, pid: np.ndarray, healthy_rows: np.ndarray) -> dict[str, int]:
         """Healthy pairs per link, counted once per pair, in one bincount."""
@@ -1354,8 +1349,5 @@ class _EntryLinks:
 
     def gather(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row pointer, link ids) of the entries at these cache positions."""
-        lo, lens = self._ptr[at], np.diff(self._ptr)[at]
-        ptr = np.zeros(len(at) + 1, dtype=np.int64)
-        np.cumsum(lens, out=ptr[1:])
-        idx = np.repeat(lo - ptr[:-1], lens) + np.arange(int(ptr[-1]), dtype=np.int64)
+        ptr, idx = csr_rows(self._ptr, at)
         return ptr, self._ids[idx]

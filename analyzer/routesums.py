@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzer.localize import Pair
-from netskel.arrays import unique
+from netskel.arrays import csr_rows, unique
 
 
 @dataclass
@@ -44,12 +44,8 @@ class RouteSums:
     def expand(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(entry, link id) for every link of every entry in mask."""
         e = np.flatnonzero(mask)
-        lo, hi = self.lptr[e], self.lptr[e + 1]
-        lens = hi - lo
-        start = np.zeros(len(e) + 1, dtype=np.int64)
-        np.cumsum(lens, out=start[1:])
-        at = np.repeat(lo - start[:-1], lens) + np.arange(int(start[-1]), dtype=np.int64)
-        return np.repeat(e, lens), self.lid[at]
+        start, at = csr_rows(self.lptr, e)
+        return np.repeat(e, np.diff(start)), self.lid[at]
 
     def pairs_per_link(self, ent: np.ndarray, lid: np.ndarray, links: int) -> np.ndarray:
         """Distinct pairs per link id among these (entry, link) rows."""

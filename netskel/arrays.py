@@ -43,6 +43,16 @@ def row_nanmedian(x: np.ndarray) -> np.ndarray:
     return np.asarray(out)
 
 
+def csr_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Some rows of a CSR array (row pointer `ptr`): (their own row pointer,
+    the positions of their entries, row after row), with no loop over rows."""
+    lo = ptr[rows]
+    lens = ptr[rows + 1] - lo
+    out = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lens, out=out[1:])
+    return out, np.repeat(lo - out[:-1], lens) + np.arange(int(out[-1]), dtype=np.int64)
+
+
 def find_sorted(keys: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(whether each of x is in `keys`, sorted ascending; where it stands
     there, meaningful only where found): one binary search per value."""

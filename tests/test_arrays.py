@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from netskel.arrays import (
+    csr_rows,
     factorize,
     find_sorted,
     pair_order,
@@ -74,3 +75,18 @@ def test_row_nanmedian_agrees_with_nanmedian(cols):
         want = np.nanmedian(x, axis=1) if cols else np.full(400, np.nan)
     got = row_nanmedian(x)
     np.testing.assert_array_equal(got, want)
+
+
+def test_csr_rows_gathers_each_rows_entries_in_order():
+    """Rows taken in any order, repeated and empty ones included, give the
+    entries a loop over the rows would."""
+    rng = np.random.default_rng(7)
+    lens = rng.integers(0, 4, 50)
+    ptr = np.r_[0, np.cumsum(lens)]
+    rows = np.array([3, 3, 0, 49, 17, 17, 8] + rng.integers(0, 50, 30).tolist())
+    out, at = csr_rows(ptr, rows)
+    want = [list(range(ptr[r], ptr[r + 1])) for r in rows]
+    assert out.tolist() == np.r_[0, np.cumsum([len(w) for w in want])].tolist()
+    assert at.tolist() == [x for w in want for x in w]
+    empty_ptr, empty_at = csr_rows(ptr, np.zeros(0, dtype=np.int64))
+    assert empty_ptr.tolist() == [0] and len(empty_at) == 0
