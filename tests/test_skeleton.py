@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from controller.infer import job_rates
 from controller.skeleton import WIDENED_CONFIDENCE, infer, to_rates
 from controller.timing import find_iterations, median_above, reduction_bursts
 from netskel.cli import main
@@ -26,21 +27,14 @@ def simulated_rates(shapes, noise=None, seed=0):
     """(topology, each job's rates, truth) of one simulated recording."""
     topo_doc, table, truth = simulate(shapes, noise or RECORDING, seed=seed)
     topo = parse_topology(topo_doc)
-    cols = {c: table.column(c).to_numpy(zero_copy_only=False)
-            for c in ("ts", "tx_bytes", "rx_bytes")}
-    # Ids dictionary-encoded, as `netskel infer` reads them (np.isin of
-    # millions of strings against a job's ids compared them one id at a
-    # time: a minute for 1,024 endpoints).
+    # Columns as `netskel infer` reads them (read_throughput's form: ids
+    # dictionary-encoded; np.isin of millions of strings against a job's ids
+    # compared them one id at a time, a minute for 1,024 endpoints).
+    data = {c: table.column(c).to_numpy(zero_copy_only=False) for c in ("ts", "tx_bytes", "rx_bytes")}
     ids = table.column("endpoint").combine_chunks().dictionary_encode()
-    names, code = ids.dictionary.to_pylist(), ids.indices.to_numpy(zero_copy_only=False)
-    rates = {}
-    for s in shapes:
-        eps = [e.id for e in topo.job_endpoints(s.name)]
-        wanted = set(eps)
-        m = np.array([n in wanted for n in names], dtype=bool)[code]
-        rates[s.name] = to_rates(cols["ts"][m], code[m], cols["tx_bytes"][m],
-                                 cols["rx_bytes"][m], eps, names=names)
-    return topo, rates, truth
+    data["names"] = ids.dictionary.to_pylist()
+    data["code"] = ids.indices.to_numpy(zero_copy_only=False)
+    return topo, {s.name: job_rates(topo, s.name, data) for s in shapes}, truth
 
 
 def run_infer(shapes, noise=None, seed=0):
