@@ -415,10 +415,12 @@ class ControllerState:
                 return 0, len(windows)
             mine = {e.id for e in self.regs[container].endpoints} if container in self.regs \
                 else set()
-            ok = [w for w in windows if w.src in mine and w.problem() is None]
+            ok = []
             for w in windows:
                 why = "not its own endpoint's" if w.src not in mine else w.problem()
-                if why is not None:
+                if why is None:
+                    ok.append(w)
+                else:
                     pending.rejected[frozenset((w.src, w.dst))] = why
             pending.windows.extend(ok)
             pending.waiting.discard(container)
