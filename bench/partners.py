@@ -16,7 +16,11 @@ sample where the rows stand out most: what controller/skeleton.py uses at
 0.5 s sampling or finer), `unaligned` (as before session 20:
 each host's own clock, each endpoint's own collective level), `raw`
 (group residuals of tx and rx as recorded), `net` (residuals of tx - rx)
-and `net_masked` (the same outside collectives).
+and `net_masked` (the same outside collectives); per iteration rather than
+per sample: `pace` (each replica's centre of traffic outside collectives,
+`replica_pace`, what infer() chains replicas by first) and `reduction`
+(each replica's reduction time, less its stage's mean in that iteration:
+whether the data-parallel all-reduce itself carries a replica's pace).
 Prints a line per boundary and statistic, then one JSON line: per
 statistic the share of replicas whose true partner is not first, and the
 smallest margin seen.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,7 @@ from controller.skeleton import (  # noqa: E402
     CLOCK_SPREAD_S,
     _group_residual,
     aligned_transfer_scores,
+    replica_pace,
     transfer_scores,
     transfer_series,
 )
@@ -51,6 +57,7 @@ from controller.timing import (  # noqa: E402
     one_way_outliers,
     reduction_bursts,
     symmetric,
+    window_centres,
 )
 from netskel.topology import load_topology  # noqa: E402
 
@@ -71,6 +78,26 @@ def _transfer_series(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray, dt: float
     samples left out)."""
     htx, hrx, _ = transfer_series(tx, rx, mask, one_way_outliers(tx, rx, mask), dt)
     return htx, hrx
+
+
+def _per_iteration_scores(a_units: list[np.ndarray], b_units: list[np.ndarray],
+                          per_iteration: np.ndarray) -> np.ndarray:
+    """Correlation over iterations of each unit's mean series (less the
+    mean of its stage's units in that iteration), for every (a, b) unit
+    pair; iterations either side left blank do not count."""
+    def rows(units: list[np.ndarray]) -> np.ndarray:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a unit blank in an iteration
+            m = np.array([np.nanmean(per_iteration[u], axis=0) for u in units])
+            return np.asarray(m - np.nanmean(m, axis=0, keepdims=True))
+    a, b = rows(a_units), rows(b_units)
+    out = np.zeros((len(a), len(b)))
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            seen = np.isfinite(x) & np.isfinite(y)
+            if seen.sum() > 3 and x[seen].std() > 0 and y[seen].std() > 0:
+                out[i, j] = np.corrcoef(x[seen], y[seen])[0, 1]
+    return out
 
 
 def _units(topo: Any, eps: list[str], stage: np.ndarray) -> list[np.ndarray]:
@@ -103,6 +130,10 @@ def boundaries(d: Path) -> list[dict[str, Any]]:
             tx, rx = on_one_clock(tx, rx, collective_offsets(burst, it, r.dt), groups, host,
                                   r.dt, CLOCK_SPREAD_S)
         mask = collective_mask(symmetric(tx, rx), groups)
+        per_iteration: dict[str, np.ndarray] = {}
+        if it is not None:
+            per_iteration["pace"] = replica_pace(tx, rx, mask, it, r.dt, stages)[0]
+            per_iteration["reduction"] = window_centres(burst, it.bounds, r.dt)
         stats = {
             "transfers": _transfer_series(tx, rx, mask, r.dt),
             "unaligned": unaligned,
@@ -120,14 +151,23 @@ def boundaries(d: Path) -> list[dict[str, Any]]:
             for name, (ntx, nrx) in [*stats.items(), ("aligned", stats["transfers"])]:
                 score = (aligned_transfer_scores(a, b, ntx, nrx, rail) if name == "aligned"
                          else transfer_scores(a, b, ntx, nrx, rail))
-                m = margins(score, true, tx.shape[1])
-                if m:
-                    out.append({"recording": d.name, "job": job["job"], "dt": round(r.dt, 3),
-                                "boundary": f"{s - 1}/{s}", "statistic": name,
-                                "min_margin": round(min(m), 2),
-                                "median_margin": round(float(np.median(m)), 2),
-                                "not_first": sum(v < 0 for v in m), "replicas": len(m)})
+                out.extend(_row(d, job["job"], r.dt, s, name,
+                                margins(score, true, tx.shape[1])))
+            for name, series in per_iteration.items():
+                score = _per_iteration_scores(a, b, series)
+                out.extend(_row(d, job["job"], r.dt, s, name,
+                                margins(score, true, series.shape[1])))
     return out
+
+
+def _row(d: Path, job: str, dt: float, s: int, name: str, m: list[float]
+         ) -> list[dict[str, Any]]:
+    if not m:
+        return []
+    return [{"recording": d.name, "job": job, "dt": round(dt, 3), "boundary": f"{s - 1}/{s}",
+             "statistic": name, "min_margin": round(min(m), 2),
+             "median_margin": round(float(np.median(m)), 2),
+             "not_first": sum(v < 0 for v in m), "replicas": len(m)}]
 
 
 def main() -> None:
