@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from netskel.arrays import row_nanmedian
+
 BURST_LEVEL = 0.1  # a sample is part of a burst above this share of the job's top reduction rate
 # An endpoint's reduction: its samples above this share of its own top rate
 # (then widened a sample each side, so a burst's tail still counts). The
@@ -191,9 +193,12 @@ def _robust_mean(x: np.ndarray, dt: float) -> np.ndarray:
     come out equal). A plain mean of the values within a sample and a half
     (plus the row's own spread) keeps the sub-sample information and still
     drops the stalls and stragglers that land far off."""
-    m = np.nanmedian(x, axis=1, keepdims=True)
+    # Row medians by one sort (`row_nanmedian`): numpy's nanmedian of short
+    # rows goes through masked arrays, whose import alone is 15 ms of
+    # `netskel infer`.
+    m = row_nanmedian(x)[:, None]
     dev = np.abs(x - m)
-    mad = np.nanmedian(dev, axis=1, keepdims=True)
+    mad = row_nanmedian(dev)[:, None]
     with np.errstate(invalid="ignore"):
         inside = dev <= OUTLIER_SAMPLES * dt + OUTLIER_MADS * 1.4826 * mad
         return np.asarray(np.where(inside, x, 0.0).sum(axis=1) / inside.sum(axis=1))
