@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from controller.infer import job_rates
-from controller.skeleton import WIDENED_CONFIDENCE, infer, to_rates
+from controller.skeleton import WIDENED_CONFIDENCE, infer, mend_split_containers, to_rates
 from controller.timing import find_iterations, median_above, reduction_bursts
 from netskel.cli import main
 from netskel.model import pair_key
@@ -1302,3 +1302,28 @@ def test_median_above_by_counting_is_the_median(n):
     x = rng.choice([0.0, 0.04, 0.05, 0.06, 0.5], size=(n, 4000)).astype(np.float32)
     x[:, :1000] = rng.random((n, 1000), dtype=np.float32) * 0.1
     np.testing.assert_array_equal(median_above(x, 0.05), np.median(x, axis=0) > 0.05)
+
+
+def test_containers_cut_by_noise_trade_their_strays_back() -> None:
+    """Four containers of four endpoints (rails 0-3): containers 0-1 in
+    stage 0, 2-3 in stage 1, but on rail 0 container 0's endpoint and
+    container 2's swapped stages (offsets a sample apart). They trade back;
+    every rail keeps its share of every stage."""
+    container = np.repeat(np.arange(4), 4)          # 4 endpoints each
+    rail = np.tile(np.arange(4), 4)
+    stage = np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1])
+    cut = stage.copy()
+    cut[0], cut[8] = 1, 0                          # rail 0 of containers 0 and 2
+    mended, moved = mend_split_containers(cut, container, rail)
+    assert moved == 2 and (mended == stage).all()
+    # A stray with no counterpart on its rail stays where it is (nothing to
+    # trade it with keeps every rail's share).
+    lone = stage.copy()
+    lone[0] = 1
+    same, moved = mend_split_containers(lone, container, rail)
+    assert moved == 0 and (same == lone).all()
+    # Containers split in equal blocks (pipeline ranks inside a host) are no
+    # noise: nothing moves.
+    halves = np.array([0, 0, 1, 1] * 4)
+    kept, moved = mend_split_containers(halves, container, rail)
+    assert moved == 0 and (kept == halves).all()
