@@ -1216,8 +1216,8 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     if mended:
         # The offsets alone had cut containers: the stages are a repair, not
         # a reading.
-        notes.append(f"{mended} endpoint(s) traded stages back to their containers' "
-                     "(offsets had cut containers apart): structure in doubt")
+        notes.append(f"{mended} endpoint(s) moved back to their containers' stages (the "
+                     "offsets had cut containers apart): structure in doubt")
         confidence = min(confidence, WIDENED_CONFIDENCE)
     if widened:
         # Partners unknown somewhere: the list is knowingly wider than the

@@ -194,8 +194,7 @@ def _robust_mean(x: np.ndarray, dt: float) -> np.ndarray:
     (plus the row's own spread) keeps the sub-sample information and still
     drops the stalls and stragglers that land far off."""
     # Row medians by one sort (`row_nanmedian`): numpy's nanmedian of short
-    # rows goes through masked arrays, whose import alone is 15 ms of
-    # `netskel infer`.
+    # rows goes through masked arrays (32,768 x 40: 0.115 s against 0.018).
     m = row_nanmedian(x)[:, None]
     dev = np.abs(x - m)
     mad = row_nanmedian(dev)[:, None]

@@ -1316,8 +1316,8 @@ def test_containers_cut_by_noise_trade_their_strays_back() -> None:
     cut[0], cut[8] = 1, 0                          # rail 0 of containers 0 and 2
     mended, moved = mend_split_containers(cut, container, rail)
     assert moved == 2 and (mended == stage).all()
-    # A stray with no counterpart on its rail stays where it is (nothing to
-    # trade it with keeps every rail's share).
+    # A stray with no counterpart on its rail stays where it is (moved alone,
+    # it would leave its rail one short in a stage).
     lone = stage.copy()
     lone[0] = 1
     same, moved = mend_split_containers(lone, container, rail)
