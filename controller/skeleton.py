@@ -431,13 +431,15 @@ def mend_split_containers(stage: np.ndarray, container_of: np.ndarray, rail_of: 
     the stage its container's majority holds: every rail keeps its share of
     every stage. One with no such counterpart stays where it is."""
     stage = stage.copy()
-    home = np.full(len(stage), -1, dtype=np.int64)  # the container's stage, where it has one
-    for c in np.unique(container_of):
-        members = np.flatnonzero(container_of == c)
-        counts = np.bincount(stage[members])
-        top = int(np.argmax(counts))
-        if 2 * int(counts[top]) > len(members) and len(np.flatnonzero(counts)) > 1:
-            home[members] = top
+    # Endpoints per (container, stage) in one bincount: no pass per container.
+    pp, containers = int(stage.max()) + 1, int(container_of.max()) + 1
+    counts = np.bincount(container_of * pp + stage,
+                         minlength=containers * pp).reshape(containers, pp)
+    top = counts.argmax(axis=1)
+    cut = ((2 * counts[np.arange(containers), top] > counts.sum(axis=1))
+           & (np.count_nonzero(counts, axis=1) > 1))
+    # The container's stage, for members of a container cut by noise.
+    home = np.where(cut[container_of], top[container_of], -1)
     stray = np.flatnonzero((home >= 0) & (home != stage))
     moved = 0
     waiting: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # (rail, from, to)
@@ -1099,9 +1101,9 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
             return pure
     stage = split.labels
     pp = int(stage.max()) + 1
-    container_codes = {c: k for k, c in enumerate(sorted({topo.endpoints[e].container
-                                                          for e in eps}))}
-    container_of = np.array([container_codes[topo.endpoints[e].container] for e in eps])
+    cont_of = {e: topo.endpoints[e].container for e in eps}
+    container_codes = {c: k for k, c in enumerate(sorted(set(cont_of.values())))}
+    container_of = np.array([container_codes[cont_of[e]] for e in eps])
     stage, mended = mend_split_containers(stage, container_of, rail_of)
     # Network data-parallel groups: one stage's endpoints on one rail.
     group_key = stage * (int(rail_of.max()) + 1) + rail_of
@@ -1122,7 +1124,6 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     del lone
     # Replica units: a container's endpoints within one stage, split where
     # they serve several replicas.
-    cont_of = {e: topo.endpoints[e].container for e in eps}
     stage_units: list[list[np.ndarray]] = []
     whole_containers: list[list[np.ndarray]] = []
     for s in range(pp):
