@@ -600,6 +600,76 @@ def test_miss_z_is_corrected_for_every_alternative():
     assert miss_z(511) > miss_z(63) > miss_z(3) > MISS_Z
 
 
+def test_t_quantile_agrees_with_scipy():
+    from scipy.stats import t as student
+
+    from controller.skeleton import t_quantile
+
+    for df in (2, 3, 4, 7, 15, 63, 500):
+        for p in (0.9, 0.95, 0.99):
+            assert t_quantile(p, df) == pytest.approx(student.ppf(p, df), abs=0.04)
+
+
+def test_a_lag_is_set_aside_only_where_a_paired_test_says_so():
+    """The lags kept are those SciPy's one-sided paired t-test (each lag's
+    rows against the best lag's) cannot reject at LAG_LEVEL: random gains
+    of 3, 4, 8 and 64 rows, one lag sometimes clearly better."""
+    from scipy.stats import ttest_rel
+
+    from controller.skeleton import LAG_LEVEL, plausible_lags
+
+    rng = np.random.default_rng(12)
+    checked = kept_more = 0
+    for trial in range(400):
+        rows = (3, 4, 8, 64)[trial % 4]
+        gain = rng.normal(0.05, 0.03, (3, rows))
+        gain[trial % 3] += rng.uniform(0.0, 0.06)
+        got = set(plausible_lags(gain).tolist())
+        best = int(np.argmax(gain.mean(axis=1)))
+        assert best in got
+        for i in range(3):
+            if i == best:
+                continue
+            p = ttest_rel(gain[best], gain[i], alternative="greater").pvalue
+            if abs(p - LAG_LEVEL) < 0.005:
+                continue  # the quantile is an expansion: no verdict at the edge
+            checked += 1
+            assert (i in got) == (p >= LAG_LEVEL), (gain, i, p)
+            kept_more += i in got
+    assert checked > 700 and 0 < kept_more < checked
+
+
+def test_tied_lags_keep_what_each_leaves_open():
+    """Four replicas whose sends show as their partners' receives one
+    sample later; at lag 0 each receive also holds the previous replica's
+    sends (strongly for two, weakly for two), so lag 0 stands out about as
+    much as the true lag. Read at lag 0 alone, every true partner was
+    dropped; both lags are kept, and what each leaves open."""
+    from controller.grouping import max_assignment
+    from controller.skeleton import aligned_transfer_scores, transfer_near, transfers_alone_near
+
+    rng = np.random.default_rng(1)
+    n, k = 4, 400
+    sends = rng.normal(0.0, 1.0, (n, k))
+    ntx = np.vstack([sends, rng.normal(0.0, 1.0, (n, k))])
+    nrx = np.vstack([rng.normal(0.0, 1.0, (n, k)), np.roll(sends, 1, axis=1)])
+    for i, decoy in enumerate((2.0, 2.0, 0.5, 0.5)):
+        nrx[n + (i + 1) % n] += decoy * sends[i]
+    for x in (ntx, nrx):
+        x -= x.mean(axis=1, keepdims=True)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+    rail_of = np.zeros(2 * n, dtype=int)
+    a = [np.array([i]) for i in range(n)]
+    b = [np.array([n + i]) for i in range(n)]
+    t = aligned_transfer_scores(a, b, ntx, nrx, rail_of, max_lag=1)
+    one_lag = transfer_near(t, max_assignment(t)[1])[0]
+    assert not any(i in one_lag[i] for i in range(n))  # the single best lag misleads
+    near, read = transfers_alone_near(a, b, ntx, nrx, rail_of, max_lag=1)
+    assert read == 2
+    assert all(i in near[i] for i in range(n))  # recall
+    assert sum(len(x) for x in near) < n * n  # still narrower than every cross pair
+
+
 def test_rows_whose_transfers_do_not_stand_out_keep_each_others_columns():
     """256 replicas: two whose true partners show nothing, each scoring four
     noise levels with the other's partner (the best of 255 noise scores
