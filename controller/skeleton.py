@@ -791,7 +791,10 @@ def plausible_lags(gain: np.ndarray) -> np.ndarray:
         return np.array([best])
     d = gain[best][None, :] - gain
     spread = d.std(axis=1, ddof=1) / np.sqrt(rows)
-    tstat = np.where(spread > 0, d.mean(axis=1) / np.maximum(spread, 1e-12), np.inf)
+    worse = d.mean(axis=1)
+    # No spread: identical readings are a tie, a uniform loss is decisive.
+    tstat = np.where(spread > 0, worse / np.maximum(spread, 1e-12),
+                     np.where(worse > 0, np.inf, 0.0))
     tstat[best] = 0.0
     return np.flatnonzero(tstat < t_quantile(1.0 - LAG_LEVEL, rows - 1))
 

@@ -637,6 +637,10 @@ def test_a_lag_is_set_aside_only_where_a_paired_test_says_so():
             assert (i in got) == (p >= LAG_LEVEL), (gain, i, p)
             kept_more += i in got
     assert checked > 700 and 0 < kept_more < checked
+    assert plausible_lags(np.full((3, 4), 0.1)).tolist() == [0, 1, 2]  # a tie: all kept
+    flat = np.full((3, 4), 0.1)
+    flat[1] += 0.2
+    assert plausible_lags(flat).tolist() == [1]  # a uniform lead: decisive
 
 
 def test_tied_lags_keep_what_each_leaves_open():
