@@ -124,6 +124,19 @@ def test_two_real_jobs_in_one_file_are_each_exact(tmp_path: Path) -> None:
 DEV = Path(__file__).parent.parent.parent / "shared" / "data" / "dev" / "skeleton"
 
 
+def _dev_sk1_copy(tmp_path: Path, interval_s: float, missing: float, seed: int) -> Any:
+    """dev-sk1 resampled with samples dropped (bench/variants.py), inferred
+    by the CLI and scored by the dev-set rules."""
+    made = Path(_variants().make(DEV / "dev-sk1_tp8pp4dp4", tmp_path, interval_s, False, seed,
+                                 missing=missing))
+    out = tmp_path / "skeleton.json"
+    assert main(["infer", "--topology", str(made / "topology.json"),
+                 "--throughput", str(made / "throughput.parquet"), "-o", str(out)]) == 0
+    [score] = score_skeleton(json.loads((made / "truth.json").read_text()),
+                             json.loads(out.read_text()))
+    return score
+
+
 @pytest.mark.skipif(not DEV.is_dir(), reason="the dev set is not beside the project")
 def test_coarse_sampling_with_missing_samples_keeps_containers_whole(tmp_path: Path) -> None:
     """Independent data at 1 s with 5 % of the samples dropped (what a slow
@@ -132,13 +145,7 @@ def test_coarse_sampling_with_missing_samples_keeps_containers_whole(tmp_path: P
     containers between them, so their DP groups were wrong and recall fell
     to 0.90. Containers cut that way are mended: stages and DP groups
     exact, every true pair kept."""
-    made = Path(_variants().make(DEV / "dev-sk1_tp8pp4dp4", tmp_path, 1.0, False, 2,
-                                 missing=0.05))
-    out = tmp_path / "skeleton.json"
-    assert main(["infer", "--topology", str(made / "topology.json"),
-                 "--throughput", str(made / "throughput.parquet"), "-o", str(out)]) == 0
-    [score] = score_skeleton(json.loads((made / "truth.json").read_text()),
-                             json.loads(out.read_text()))
+    score = _dev_sk1_copy(tmp_path, interval_s=1.0, missing=0.05, seed=2)
     assert score["recall"] == 1.0, score
     assert score["dp_groups_ok"] and score["stages_ok"], score
 
@@ -151,12 +158,6 @@ def test_partners_read_at_every_plausible_lag_keep_every_true_pair(tmp_path: Pat
     0.075 against the true lag's 0.070. Read at that lag alone, the
     assignment was sure of a wrong partner and 16 true pairs were dropped
     (recall 0.944); every lag the data cannot set aside is read now."""
-    made = Path(_variants().make(DEV / "dev-sk1_tp8pp4dp4", tmp_path, 0.25, False, 4,
-                                 missing=0.2))
-    out = tmp_path / "skeleton.json"
-    assert main(["infer", "--topology", str(made / "topology.json"),
-                 "--throughput", str(made / "throughput.parquet"), "-o", str(out)]) == 0
-    [score] = score_skeleton(json.loads((made / "truth.json").read_text()),
-                             json.loads(out.read_text()))
+    score = _dev_sk1_copy(tmp_path, interval_s=0.25, missing=0.2, seed=4)
     assert score["recall"] == 1.0, score
     assert score["dp_groups_ok"] and score["stages_ok"], score
