@@ -637,7 +637,8 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
     they narrow the partners (bench/partners.py: on the dev set resampled
     to 0.5 s every true partner comes first, at 1 s a fifth do not). Closer
     still, every cross pair is kept. `max_lag`: transfers are also read up
-    to this many samples apart (`aligned_transfer_scores`)."""
+    to this many samples apart (`aligned_transfer_scores`; where they alone
+    decide, at every lag within noise of the best, `transfers_alone_near`)."""
     k = wobble.shape[1]
     noise = 1.0 / np.sqrt(max(k, 1))
     chunks: list[np.ndarray] = []
