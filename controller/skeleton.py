@@ -663,7 +663,8 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                 continue
             if gaps is not None and gaps[s - 1] < MIN_GAP_SAMPLES:
                 if gaps[s - 1] >= MIN_TRANSFER_GAP_SAMPLES and len(nxt) == len(prev):
-                    near, read = transfers_alone_near(prev, nxt, ntx, nrx, rail_of, max_lag)
+                    lags, gain = _lag_gains(prev, nxt, ntx, nrx, rail_of, max_lag)
+                    near, read = transfers_alone_near(prev, nxt, ntx, nrx, rail_of, lags, gain)
                     chunks.extend(_near_pairs(prev, nxt, near, rail_of))
                     notes.append(f"rails {list(key)}: stages {s - 1}/{s} reduce within one sample "
                                  "of each other, partners by transfers alone (kept "
@@ -691,7 +692,8 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
             rows, cols = max_assignment(c)
             assigned = c[rows, cols]
             chance = _chance_assignment(tmpl, nrows)
-            t = aligned_transfer_scores(prev, nxt, ntx, nrx, rail_of, max_lag)
+            lags, gain = _lag_gains(prev, nxt, ntx, nrx, rail_of, max_lag)
+            t = transfer_scores(prev, nxt, ntx, nrx, rail_of, lags[_best_lag(gain)])
             t_cols = max_assignment(t)[1]
             if len(chains) > 1 and float(np.median(assigned)) < chance + CHAIN_SIGNIFICANCE * noise:
                 # The pace is too weak here: try the transfers themselves.
@@ -703,7 +705,7 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                     chains = [[u] for u in nxt]
                     continue
                 cols = t_cols
-                near, read = transfers_alone_near(prev, nxt, ntx, nrx, rail_of, max_lag)
+                near, read = transfers_alone_near(prev, nxt, ntx, nrx, rail_of, lags, gain, t)
             else:
                 near, read = _pace_near(c, cols, t, t_cols, assigned - chance, noise), 1
             extra = sum(len(x) - 1 for x in near)
@@ -747,8 +749,12 @@ def aligned_transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray]
     of the other side's rows on every rail for each lag cost up to a
     second a boundary at 32,768 endpoints."""
     lags, gain = _lag_gains(a_units, b_units, ntx, nrx, rail_of, max_lag)
-    return transfer_scores(a_units, b_units, ntx, nrx, rail_of,
-                           lags[int(np.argmax(gain.mean(axis=1)))])
+    return transfer_scores(a_units, b_units, ntx, nrx, rail_of, lags[_best_lag(gain)])
+
+
+def _best_lag(gain: np.ndarray) -> int:
+    """The lag (row of `_lag_gains`) whose rows stand out most on average."""
+    return int(np.argmax(gain.mean(axis=1)))
 
 
 def _lag_gains(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: np.ndarray,
@@ -785,7 +791,7 @@ def plausible_lags(gain: np.ndarray) -> np.ndarray:
     0.5 s likewise (0.875, 0.944). A one-sided test at 5 % kept lags far
     more often, and at the dev set's own 2 % of missing samples cost 0.02-0.09
     of precision at 0.25-0.5 s where no pair was being lost."""
-    best = int(np.argmax(gain.mean(axis=1)))
+    best = _best_lag(gain)
     rows = gain.shape[1]
     if gain.shape[0] == 1 or rows < 2:
         return np.array([best])
@@ -801,16 +807,20 @@ def plausible_lags(gain: np.ndarray) -> np.ndarray:
 
 def transfers_alone_near(a_units: list[np.ndarray], b_units: list[np.ndarray],
                          ntx: np.ndarray, nrx: np.ndarray, rail_of: np.ndarray,
-                         max_lag: int) -> tuple[list[np.ndarray], int]:
+                         lags: list[int], gain: np.ndarray, best: np.ndarray | None = None
+                         ) -> tuple[list[np.ndarray], int]:
     """Partners by transfers alone (`transfer_near`), read at every lag the
     data cannot set aside (`plausible_lags`), and how many lags that was.
     Which lag carries the transfers is itself an estimate; where it is in
-    doubt, what each plausible lag leaves open is kept (recall first)."""
-    lags, gain = _lag_gains(a_units, b_units, ntx, nrx, rail_of, max_lag)
+    doubt, what each plausible lag leaves open is kept (recall first).
+    `lags`, `gain`: the boundary's `_lag_gains`; `best`: its scores at the
+    best lag where the caller has read them already (a full matrix: up to a
+    second a boundary at 32,768 endpoints)."""
     keep = plausible_lags(gain)
     near: list[np.ndarray] | None = None
     for i in keep:
-        t = transfer_scores(a_units, b_units, ntx, nrx, rail_of, lags[int(i)])
+        t = (best if best is not None and int(i) == _best_lag(gain) else
+             transfer_scores(a_units, b_units, ntx, nrx, rail_of, lags[int(i)]))
         more = transfer_near(t, max_assignment(t)[1])[0]
         near = more if near is None else [np.union1d(x, y)
                                           for x, y in zip(near, more, strict=True)]

@@ -639,7 +639,12 @@ def test_tied_lags_keep_what_each_leaves_open():
     much as the true lag. Read at lag 0 alone, every true partner was
     dropped; both lags are kept, and what each leaves open."""
     from controller.grouping import max_assignment
-    from controller.skeleton import aligned_transfer_scores, transfer_near, transfers_alone_near
+    from controller.skeleton import (
+        _lag_gains,
+        aligned_transfer_scores,
+        transfer_near,
+        transfers_alone_near,
+    )
 
     rng = np.random.default_rng(1)
     n, k = 4, 400
@@ -657,7 +662,8 @@ def test_tied_lags_keep_what_each_leaves_open():
     t = aligned_transfer_scores(a, b, ntx, nrx, rail_of, max_lag=1)
     one_lag = transfer_near(t, max_assignment(t)[1])[0]
     assert not any(i in one_lag[i] for i in range(n))  # the single best lag misleads
-    near, read = transfers_alone_near(a, b, ntx, nrx, rail_of, max_lag=1)
+    lags, gain = _lag_gains(a, b, ntx, nrx, rail_of, max_lag=1)
+    near, read = transfers_alone_near(a, b, ntx, nrx, rail_of, lags, gain)
     assert read == 2
     assert all(i in near[i] for i in range(n))  # recall
     assert sum(len(x) for x in near) < n * n  # still narrower than every cross pair
