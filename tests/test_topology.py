@@ -71,28 +71,31 @@ def test_bad_files(tmp_path):
         load_topology(p)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (True, "vni: expected a non-negative integer"),
-    (1.0, "vni: expected a non-negative integer"),
+@pytest.mark.parametrize("field, bad, message", [
+    ("vni", True, "vni: expected a non-negative integer"),
+    ("vni", 1.0, "vni: expected a non-negative integer"),
+    ("priority", True, "priority: expected an integer"),
+    ("priority", 1.0, "priority: expected an integer"),
 ])
-def test_a_repeated_rule_is_still_checked_by_type(bad, message):
+def test_a_repeated_rule_is_still_checked_by_type(field, bad, message):
     """Rules repeat in every NIC's offloaded copy and are validated once
-    per distinct rule; a copy whose VNI equals a valid one's but is not an
-    integer (True == 1.0 == 1) is still refused, where it stands."""
+    per distinct rule (a copy of the host's whole table once per table); a
+    copy whose VNI or priority equals a valid one's but is not an integer
+    (True == 1.0 == 1) is still refused, where it stands."""
     from netskel.probesim import with_overlay
     from testbed.layout import Layout, layout_doc
 
     doc = with_overlay(layout_doc(Layout(hosts=2, rails=2, hosts_per_tor=1, spines=1)))
     for v in doc["vswitch"].values():
         for r in [*v["rules"], *(x for rs in v["offloaded"].values() for x in rs)]:
-            r["vni"] = 1
+            r["vni"] = r["priority"] = 1
     topo = parse_topology(doc)
     host = next(iter(doc["vswitch"]))
     nic = sorted(doc["vswitch"][host]["offloaded"])[-1]
     assert topo.vswitch[host].offloaded[nic] == topo.vswitch[host].rules
     rule = doc["vswitch"][host]["offloaded"][nic][-1]
-    assert rule["vni"] == bad  # equal to the valid value, of another type
-    rule["vni"] = bad
+    assert rule[field] == bad  # equal to the valid value, of another type
+    rule[field] = bad
     with pytest.raises(InputError, match=message) as e:
         parse_topology(doc, "t.json")
     assert f"offloaded.{nic}[" in str(e.value)
