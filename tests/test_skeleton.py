@@ -342,6 +342,38 @@ def test_transfer_scores_agree_with_a_loop_over_unit_pairs(lag):
             assert got[i, j] == pytest.approx(np.mean(vals) if vals else 0.0)
 
 
+def test_transfer_scores_of_units_spanning_the_rails_are_the_membership_sums_exactly():
+    """Tensor groups span the rails, one endpoint on each: a unit pair's
+    score on a rail is one endpoint pair's, placed directly. Bit for bit
+    what the units x members products give, and the loop's mean."""
+    from controller.skeleton import transfer_scores
+
+    rng = np.random.default_rng(5)
+    rails, k = 4, 40
+    a_units = [rng.permutation(rails) + rails * u for u in range(5)]  # 20 endpoints
+    b_units = [rng.permutation(rails)[:3] + rails * u for u in range(5, 11)]  # 3 rails each
+    n = rails * 11
+    rail_of = np.arange(n) % rails
+    ntx, nrx = rng.normal(size=(n, k)), rng.normal(size=(n, k))
+    got = transfer_scores(a_units, b_units, ntx, nrx, rail_of)
+    ref_total = np.zeros((len(a_units), len(b_units)))
+    ref_count = np.zeros_like(ref_total)
+    for r in range(rails):
+        xs = [e for u in a_units for e in u if rail_of[e] == r]
+        ys = [e for u in b_units for e in u if rail_of[e] == r]
+        ma = np.array([[float(e in u) for e in xs] for u in a_units])
+        mb = np.array([[float(e in u) for e in ys] for u in b_units])
+        score = (ntx[xs] @ nrx[ys].T + nrx[xs] @ ntx[ys].T) / 2
+        ref_total += ma @ score @ mb.T
+        ref_count += np.outer(ma.sum(axis=1), mb.sum(axis=1))
+    np.testing.assert_array_equal(got, ref_total / ref_count)
+    for i, a in enumerate(a_units):
+        for j, b in enumerate(b_units):
+            vals = [ntx[x] @ nrx[y] + nrx[x] @ ntx[y] for x in a for y in b
+                    if rail_of[x] == rail_of[y]]
+            assert got[i, j] == pytest.approx(np.mean(vals) / 2)
+
+
 @pytest.mark.parametrize("max_lag", [0, 1])
 def test_partners_transfers_a_sample_apart_are_read_at_that_lag(max_lag):
     """Partners' residual transfers line up where the sender's and the
