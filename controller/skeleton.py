@@ -76,6 +76,7 @@ LAG_ROWS = 64  # rows of a stage boundary that choose its transfers' lag
 # one stage that far apart are no single collective.
 CLOCK_SPREAD_S = 0.05
 ROW_BLOCK = 1 << 22  # rows per block of a pass that would need a rows-long temporary
+GROUP_BLOCK = 1 << 19  # rows grouped by endpoint at a time: three columns' fit in cache
 
 
 @dataclass
@@ -109,34 +110,62 @@ class Skeleton:
         return {pair_key(e[int(a)], e[int(b)]) for a, b in self.pair_index}
 
 
-def _endpoint_time_order(code: np.ndarray, ts: np.ndarray, counts: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """(row order by endpoint, then time; the timestamps in that order).
-    Recordings are usually appended as samples arrive, so each endpoint's rows
-    are already in time order: a stable radix sort by endpoint alone keeps
-    them so (O(n)). Only when some endpoint's rows are out of order are the
-    runs sorted, each within itself; ties keep file order (as np.lexsort)."""
-    small = code.astype(np.uint16, copy=False) if len(counts) <= 1 << 16 else code
-    order = np.argsort(small, kind="stable")
-    del small
-    t = ts[order]
-    back = t[1:] < t[:-1]  # time steps back: a new endpoint, or rows out of order
+def group_rows(code: np.ndarray, n: int, columns: list[np.ndarray], block: int = GROUP_BLOCK
+               ) -> tuple[list[np.ndarray], np.ndarray]:
+    """(each column's rows grouped by their code 0..n-1, file order kept
+    within a code; rows per code). A stable counting sort done a block of
+    rows at a time: each block is sorted where it sits in cache and its
+    codes' runs written to their places, a run per code. Sorting all rows
+    and then gathering each column in that order reads every row from a
+    random place: a recording whose rows come in time order, every
+    endpoint once per sampling (what collectors write), is a transposition
+    (77 M rows: 13-15 s for the sort and three gathers, 4-5 s in blocks)."""
+    blocks = [(lo, min(len(code), lo + block)) for lo in range(0, len(code), block)]
+    per = np.empty((len(blocks), n), dtype=np.int64)
+    for i, (lo, hi) in enumerate(blocks):
+        per[i] = np.bincount(code[lo:hi], minlength=n)
+    counts = per.sum(axis=0)
+    # Where each block's run of each code starts in the output.
+    dest = np.cumsum(per, axis=0)
+    dest -= per
+    dest += (np.cumsum(counts) - counts)[None, :]
+    out = [np.empty(len(c), dtype=c.dtype) for c in columns]
+
+    def place(i: int) -> None:
+        lo, hi = blocks[i]
+        order = np.argsort(code[lo:hi], kind="stable")
+        used = np.flatnonzero(per[i])
+        runs = per[i, used]
+        at = np.repeat(dest[i, used] - (np.cumsum(runs) - runs), runs)
+        at += np.arange(hi - lo)
+        for c, o in zip(columns, out, strict=True):
+            o[at] = c[lo:hi][order]
+
+    with ThreadPoolExecutor(2) as pool:  # blocks write disjoint rows
+        list(pool.map(place, range(len(blocks))))
+    return out, counts
+
+
+def time_order_within(ts: np.ndarray, counts: np.ndarray) -> np.ndarray | None:
+    """For rows grouped by endpoint (`counts` rows each): the order that
+    puts each endpoint's rows in time order (ties keep their order, as
+    np.lexsort), or None when they are in order already (recordings are
+    usually appended as samples arrive)."""
+    back = ts[1:] < ts[:-1]  # time steps back: a new endpoint, or rows out of order
     if np.count_nonzero(back) < len(counts):
         ends = np.cumsum(counts)[:-1] - 1
         back[ends[ends >= 0]] = False
         if not back.any():
-            return order, t
+            return None
     del back
-    # Grouped by endpoint already: only each endpoint's run needs ordering.
-    # A stable sort (timsort) of (endpoint, time) keys laid out endpoint by
-    # endpoint merges within runs instead of sorting all rows from scratch
-    # (77 M rows: 8-14 s against 22-26 s for the full sort).
+    # Only each endpoint's run needs ordering. A stable sort (timsort) of
+    # (endpoint, time) keys laid out endpoint by endpoint merges within runs
+    # instead of sorting all rows from scratch (77 M rows: 8-14 s against
+    # 22-26 s for the full sort).
     span = float(ts.max() - ts.min()) + 1.0
     key = np.repeat(np.arange(len(counts), dtype=np.float64) * span, counts)
-    key += t - ts.min()
-    within = np.argsort(key, kind="stable")
-    del key
-    return order[within], t[within]
+    key += ts - ts.min()
+    return np.argsort(key, kind="stable")
 
 
 def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarray,
@@ -167,12 +196,12 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     if not sel.all():
         ts, code, tx, rx = ts[sel], code[sel], tx[sel], rx[sel]
     del sel
-    # In blocks: bincount widens its input to int64 (77 M rows: 0.6 GB).
-    counts = np.zeros(len(want), dtype=np.int64)
-    for lo in range(0, len(code), ROW_BLOCK):
-        counts += np.bincount(code[lo:lo + ROW_BLOCK], minlength=len(want))
-    order, ts = _endpoint_time_order(code, ts, counts)
-    del code  # sorted by endpoint: each endpoint's rows are one run
+    (ts, tx, rx), counts = group_rows(code, len(want), [ts, tx, rx])
+    del code  # each endpoint's rows are one run
+    within = time_order_within(ts, counts)
+    if within is not None:
+        ts, tx, rx = ts[within], tx[within], rx[within]
+    del within
     bounds = np.r_[0, np.cumsum(counts)]
     # Duplicate timestamps of one endpoint carry nothing new.
     dup = np.zeros(len(ts), dtype=bool)
@@ -181,7 +210,7 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     if dup.any():
         keep = ~dup
         bounds = np.r_[0, np.cumsum(keep)][bounds]
-        ts, order = ts[keep], order[keep]
+        ts, tx, rx = ts[keep], tx[keep], rx[keep]
     del dup
     if np.any(np.diff(bounds) < 2):
         raise InputError("an endpoint has fewer than two throughput samples")
@@ -206,12 +235,12 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
         raise InputError(f"throughput timestamps span {end - start:.6g} s at a {dt:.6g} s "
                          f"interval, more than 4x the {most} samples of any endpoint")
 
-    def cumulative(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    def cumulative(v: np.ndarray) -> np.ndarray:
         """Bytes counted so far, through counter resets (a drop means the
         counter restarted from zero). One running sum over all endpoints:
         rates are differences within an endpoint, so its offset cancels.
-        Integer counters stay exact through the running sum."""
-        v = v[idx]
+        Integer counters stay exact through the running sum. `v` (grouped
+        rows, ours) becomes the sum."""
         # Increments in place, blocks from the end backwards (each block's
         # previous row is still a counter reading): no second rows-long
         # array (77 M rows: 0.6 GB each for tx and rx).
@@ -226,8 +255,8 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     # tx and rx are independent passes of memory-bound numpy work, which
     # releases the GIL: two threads use both cores.
     with ThreadPoolExecutor(2) as pool:
-        ctx, crx = pool.map(cumulative, (tx, rx), (order, order))
-    del tx, rx, order
+        ctx, crx = pool.map(cumulative, (tx, rx))
+    del tx, rx
     grid = np.arange(start, end, dt)
     g = len(grid)
     out_tx = np.empty((len(want), g - 1), dtype=np.float32)

@@ -505,13 +505,15 @@ def test_a_job_without_a_collective_is_not_vouched_for():
         assert any("no single collective" in n or "no periodic" in n for n in sk.notes)
 
 
+@pytest.mark.parametrize("block", [1 << 19, 64, 1])
 @pytest.mark.parametrize("equal", [True, False])
 @pytest.mark.parametrize("ties", [False, True])
-def test_endpoint_time_order_matches_a_lexsort_of_shuffled_rows(equal, ties):
+def test_rows_grouped_then_time_ordered_match_a_lexsort_of_shuffled_rows(equal, ties, block):
     """Rows out of order within endpoints (equal and unequal run lengths;
-    repeated timestamps, whose rows must keep their file order): the order
-    is by endpoint, then time, exactly as np.lexsort gives it."""
-    from controller.skeleton import _endpoint_time_order
+    repeated timestamps, whose rows must keep their file order), grouped a
+    block of rows at a time (one block, many, a row each): every column
+    comes out by endpoint, then time, exactly as np.lexsort orders it."""
+    from controller.skeleton import group_rows, time_order_within
 
     rng = np.random.default_rng(7)
     counts = np.full(50, 40) if equal else rng.integers(2, 80, 50)
@@ -520,11 +522,30 @@ def test_endpoint_time_order_matches_a_lexsort_of_shuffled_rows(equal, ties):
     if ties:
         ts = np.round(ts / 10.0) * 10.0
     mess = rng.permutation(len(code))
-    code, ts = code[mess], ts[mess]
-    order, t = _endpoint_time_order(code, ts, np.bincount(code, minlength=50))
+    code, ts = code[mess].astype(np.uint16), ts[mess]
+    row = np.arange(len(code))
+    (t, r), got_counts = group_rows(code, 52, [ts, row], block=block)
+    np.testing.assert_array_equal(got_counts, np.r_[counts, 0, 0])  # codes with no rows too
+    within = time_order_within(t, got_counts)
+    assert within is not None
     ref = np.lexsort((ts, code))
-    np.testing.assert_array_equal(order, ref)
-    np.testing.assert_array_equal(t, ts[ref])
+    np.testing.assert_array_equal(r[within], ref)
+    np.testing.assert_array_equal(t[within], ts[ref])
+
+
+def test_rows_in_time_order_within_endpoints_need_no_second_sort():
+    """A recording appended as samples arrive (time-major, every endpoint
+    once per sampling, in a different order each time): grouping alone
+    leaves each endpoint's rows in time order, file order kept."""
+    from controller.skeleton import group_rows, time_order_within
+
+    rng = np.random.default_rng(8)
+    code = np.concatenate([rng.permutation(30) for _ in range(25)]).astype(np.uint16)
+    ts = np.repeat(np.arange(25.0), 30) + rng.uniform(0, 0.5, len(code))
+    (t, r), counts = group_rows(code, 30, [ts, np.arange(len(code))], block=100)
+    np.testing.assert_array_equal(counts, np.full(30, 25))
+    assert time_order_within(t, counts) is None
+    np.testing.assert_array_equal(r, np.argsort(code, kind="stable"))
 
 
 @pytest.mark.parametrize("interval", [0.02, 0.1])
