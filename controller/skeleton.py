@@ -612,12 +612,18 @@ def _unit_rows(units: list[np.ndarray], wobble: np.ndarray) -> np.ndarray:
     return np.asarray(rows / (np.linalg.norm(rows, axis=1, keepdims=True) + 1e-12))
 
 
-def _membership(units: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(the units' endpoints concatenated, a units x endpoints 0/1 matrix)."""
-    members = np.concatenate(units)
+def _members(units: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(the units' endpoints concatenated, each one's unit)."""
+    return (np.concatenate(units),
+            np.repeat(np.arange(len(units)), [len(u) for u in units]))
+
+
+def _membership(units: list[np.ndarray]) -> np.ndarray:
+    """A units x endpoints 0/1 matrix, the endpoints in _members' order."""
+    members, unit = _members(units)
     m = np.zeros((len(units), len(members)))
-    m[np.repeat(np.arange(len(units)), [len(u) for u in units]), np.arange(len(members))] = 1.0
-    return members, m
+    m[unit, np.arange(len(members))] = 1.0
+    return m
 
 
 def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: np.ndarray,
@@ -629,9 +635,9 @@ def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: n
     matrix product per rail over its endpoints, summed per unit pair.
     `lag`: b's samples compared are `lag` samples later than a's; `rails`:
     only these of the rails both sides use."""
-    ea, ma = _membership(a_units)
-    eb, mb = _membership(b_units)
-    ua, ub = ma.argmax(axis=0), mb.argmax(axis=0)  # each member's unit
+    ea, ua = _members(a_units)
+    eb, ub = _members(b_units)
+    ma = mb = None  # units x members 0/1 matrices, made where needed
     total = np.zeros((len(a_units), len(b_units)))
     count = np.zeros_like(total)
     ra, rb = rail_of[ea], rail_of[eb]
@@ -652,6 +658,8 @@ def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: n
             total[at] += score
             count[at] += 1.0
         else:
+            if ma is None or mb is None:
+                ma, mb = _membership(a_units), _membership(b_units)
             total += ma[:, ia] @ score @ mb[:, ib].T
             count += np.outer(ma[:, ia].sum(axis=1), mb[:, ib].sum(axis=1))
     return np.asarray(np.where(count > 0, total / np.maximum(count, 1.0), 0.0))
