@@ -101,25 +101,19 @@ def read_throughput(path: str | Path, topo: Topology) -> dict[str, Any]:
 
 def job_rates(topo: Topology, job: str, throughput: dict[str, Any], keep: bool = True) -> Rates:
     """One job's endpoints' rates from a throughput file read by
-    read_throughput (other jobs' rows left out). keep=False hands the rows
-    over (the caller's last job): each is freed as soon as to_rates is done
-    with it, and what comes next reuses its memory."""
+    read_throughput (to_rates leaves other jobs' rows out). keep=False hands
+    the rows over (the caller's last job): each is freed as soon as
+    to_rates is done with it, and what comes next reuses its memory."""
     eps = [e.id for e in topo.job_endpoints(job)]
     if len(eps) < 2:
         raise InputError(f"job '{job}' has {len(eps)} endpoint(s); a skeleton needs two or more")
-    names: list[str] = throughput["names"]
-    wanted = set(eps)
-    mine = np.array([n in wanted for n in names], dtype=bool)
-    mask = mine[throughput["code"]]
-    every = bool(mask.all())
 
     def rows(c: str) -> Any:
-        v = throughput[c] if keep else throughput.pop(c)
-        return v if every else v[mask]  # other jobs share the file: only this job's rows
+        return throughput[c] if keep else throughput.pop(c)
 
     # Passed straight into the call, so no name here keeps a column alive.
     return to_rates(rows("ts"), rows("code"), rows("tx_bytes"), rows("rx_bytes"), eps,
-                    names=names)
+                    names=throughput["names"])
 
 
 def skeleton_doc(sk: Skeleton) -> dict[str, Any]:

@@ -110,36 +110,45 @@ class Skeleton:
         return {pair_key(e[int(a)], e[int(b)]) for a, b in self.pair_index}
 
 
-def group_rows(code: np.ndarray, n: int, columns: list[np.ndarray], block: int = GROUP_BLOCK
-               ) -> tuple[list[np.ndarray], np.ndarray]:
+def group_rows(code: np.ndarray, n: int, columns: list[np.ndarray], block: int = GROUP_BLOCK,
+               recode: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """(each column's rows grouped by their code 0..n-1, file order kept
-    within a code; rows per code). A stable counting sort done a block of
-    rows at a time: each block is sorted where it sits in cache and its
-    codes' runs written to their places, a run per code. Sorting all rows
-    and then gathering each column in that order reads every row from a
-    random place: a recording whose rows come in time order, every
-    endpoint once per sampling (what collectors write), is a transposition
-    (77 M rows: 13-15 s for the sort and three gathers, 4-5 s in blocks)."""
+    within a code; rows per code). `recode`: codes are first looked up in
+    it, and rows whose new code is n or more are left out (other jobs'
+    endpoints). A stable counting sort done a block of rows at a time:
+    each block is sorted where it sits in cache and its codes' runs written
+    to their places, a run per code. Sorting all rows and then gathering
+    each column in that order reads every row from a random place: a
+    recording whose rows come in time order, every endpoint once per
+    sampling (what collectors write), is a transposition (77 M rows: 13-15
+    s for the sort and three gathers, 4-5 s in blocks)."""
     blocks = [(lo, min(len(code), lo + block)) for lo in range(0, len(code), block)]
+
+    def codes(lo: int, hi: int) -> np.ndarray:
+        c = code[lo:hi]
+        # Codes up to 65,535 fit 16 bits, which numpy sorts by radix.
+        return c if recode is None else recode[c]
+
     per = np.empty((len(blocks), n), dtype=np.int64)
     for i, (lo, hi) in enumerate(blocks):
-        per[i] = np.bincount(code[lo:hi], minlength=n)
+        per[i] = np.bincount(codes(lo, hi), minlength=n + 1)[:n]
     counts = per.sum(axis=0)
     # Where each block's run of each code starts in the output.
     dest = np.cumsum(per, axis=0)
     dest -= per
     dest += (np.cumsum(counts) - counts)[None, :]
-    out = [np.empty(len(c), dtype=c.dtype) for c in columns]
+    out = [np.empty(int(counts.sum()), dtype=c.dtype) for c in columns]
 
     def place(i: int) -> None:
         lo, hi = blocks[i]
-        order = np.argsort(code[lo:hi], kind="stable")
+        c = codes(lo, hi)
         used = np.flatnonzero(per[i])
         runs = per[i, used]
+        order = np.argsort(c, kind="stable")[:runs.sum()]  # left-out rows sort last
         at = np.repeat(dest[i, used] - (np.cumsum(runs) - runs), runs)
-        at += np.arange(hi - lo)
-        for c, o in zip(columns, out, strict=True):
-            o[at] = c[lo:hi][order]
+        at += np.arange(len(at))
+        for col, o in zip(columns, out, strict=True):
+            o[at] = col[lo:hi][order]
 
     with ThreadPoolExecutor(2) as pool:  # blocks write disjoint rows
         list(pool.map(place, range(len(blocks))))
@@ -183,20 +192,14 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
         raise InputError(f"no throughput samples for endpoint '{missing[0]}'"
                          + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
     want = np.array([index[e] for e in wanted], dtype=np.int64)
-    # Renumber the wanted endpoints 0..E-1 and drop everything else.
-    # (Every (rows,) array here is large: small dtypes and no needless copies
-    # keep a 77 M-row recording's passes inside memory that is already mapped.)
-    # Codes up to 65,535 endpoints fit 16 bits, which numpy sorts by radix;
-    # len(want) marks rows of endpoints not wanted.
+    # Renumber the wanted endpoints 0..E-1 and leave everything else out
+    # (len(want) marks rows of endpoints not wanted), a block at a time as
+    # the rows are grouped: every (rows,) array here is large (77 M rows:
+    # 0.6 GB a column), and memory a process touches first is slow.
     code_type = np.uint16 if len(want) < 1 << 16 else np.int32
     remap = np.full(len(names), len(want), dtype=code_type)
     remap[want] = np.arange(len(want), dtype=code_type)
-    code = remap[code]
-    sel = code < len(want)
-    if not sel.all():
-        ts, code, tx, rx = ts[sel], code[sel], tx[sel], rx[sel]
-    del sel
-    (ts, tx, rx), counts = group_rows(code, len(want), [ts, tx, rx])
+    (ts, tx, rx), counts = group_rows(code, len(want), [ts, tx, rx], recode=remap)
     del code  # each endpoint's rows are one run
     within = time_order_within(ts, counts)
     if within is not None:

@@ -548,6 +548,26 @@ def test_rows_in_time_order_within_endpoints_need_no_second_sort():
     np.testing.assert_array_equal(r, np.argsort(code, kind="stable"))
 
 
+@pytest.mark.parametrize("block", [1 << 19, 37])
+def test_rows_of_other_endpoints_are_left_out_as_rows_are_grouped(block):
+    """Another job's endpoints share the file: renumbered to n by `recode`,
+    their rows are left out; the job's rows come out grouped by their new
+    code in file order, as filtering first and then sorting gives them."""
+    from controller.skeleton import group_rows
+
+    rng = np.random.default_rng(9)
+    code = rng.integers(0, 40, 3000).astype(np.int32)
+    mine = np.sort(rng.choice(40, 25, replace=False))
+    recode = np.full(40, 25, dtype=np.uint16)
+    recode[mine] = np.arange(25)
+    val = rng.normal(size=len(code))
+    (got,), counts = group_rows(code, 25, [val], block=block, recode=recode)
+    keep = recode[code] < 25
+    ref = val[keep][np.argsort(recode[code][keep], kind="stable")]
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(counts, np.bincount(recode[code][keep], minlength=25))
+
+
 @pytest.mark.parametrize("interval", [0.02, 0.1])
 def test_a_list_wider_than_the_skeleton_is_never_vouched_for(interval):
     """Where a partner swap could not be excluded both partners are kept
