@@ -130,8 +130,12 @@ def group_rows(code: np.ndarray, n: int, columns: list[np.ndarray], block: int =
         return c if recode is None else recode[c]
 
     per = np.empty((len(blocks), n), dtype=np.int64)
-    for i, (lo, hi) in enumerate(blocks):
-        per[i] = np.bincount(codes(lo, hi), minlength=n + 1)[:n]
+
+    def count(i: int) -> None:
+        per[i] = np.bincount(codes(*blocks[i]), minlength=n + 1)[:n]
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(count, range(len(blocks))))
     counts = per.sum(axis=0)
     # Where each block's run of each code starts in the output.
     dest = np.cumsum(per, axis=0)
