@@ -658,12 +658,13 @@ def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: n
         ia, ib = np.flatnonzero(ra == rail), np.flatnonzero(rb == rail)
         x, y = ea[ia], eb[ib]
         score = (ntx[x, sa] @ nrx[y, sb].T + nrx[x, sa] @ ntx[y, sb].T) / 2
-        at = np.ix_(ua[ia], ub[ib])
-        if _distinct(ua[ia]) and _distinct(ub[ib]):
+        pa, pb = ua[ia], ub[ib]  # members' units, in unit order
+        if np.all(np.diff(pa) > 0) and np.all(np.diff(pb) > 0):
             # A unit has one endpoint on this rail (tensor groups span the
             # rails): each unit pair's sum is one score, placed directly
             # (the membership products below give the same values; at
             # 32,768 endpoints they were a third of this function).
+            at = np.ix_(pa, pb)
             total[at] += score
             count[at] += 1.0
         else:
@@ -672,10 +673,6 @@ def transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray], ntx: n
             total += ma[:, ia] @ score @ mb[:, ib].T
             count += np.outer(ma[:, ia].sum(axis=1), mb[:, ib].sum(axis=1))
     return np.asarray(np.where(count > 0, total / np.maximum(count, 1.0), 0.0))
-
-
-def _distinct(v: np.ndarray) -> bool:
-    return len(v) < 2 or bool(np.all(np.diff(np.sort(v)) > 0))
 
 
 def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
