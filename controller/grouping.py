@@ -94,15 +94,81 @@ def _average_linkage_tiny(d: np.ndarray) -> np.ndarray:
     return out
 
 
+def average_linkage_stack(d: np.ndarray) -> np.ndarray:
+    """average_linkage of many small matrices at once: d (C, n, n) ->
+    merges (C, n - 1, 2). One numpy step per merge across all C (thousands
+    of containers' 8 x 8 matrices at 32,768 endpoints: a Python linkage
+    each cost ~0.1 ms); the same scan order (first minimum, row by row) and
+    the same arithmetic as average_linkage, so the same merges."""
+    c, n = d.shape[0], d.shape[1]
+    out = np.empty((c, max(n - 1, 0), 2), dtype=np.int64)
+    if not c or n < 2:
+        return out
+    dist = np.array(d, dtype=np.float64)
+    dist[:, np.arange(n), np.arange(n)] = np.inf
+    size = np.ones((c, n))
+    alive = np.ones((c, n), dtype=bool)
+    at = np.arange(c)
+    for k in range(n - 1):
+        i, j = np.divmod(np.argmin(dist.reshape(c, n * n), axis=1), n)
+        i, j = np.minimum(i, j), np.maximum(i, j)
+        out[:, k, 0], out[:, k, 1] = i, j
+        si, sj = size[at, i][:, None], size[at, j][:, None]
+        merged = (si * dist[at, i] + sj * dist[at, j]) / (si + sj)
+        size[at, i] += size[at, j]
+        alive[at, j] = False
+        merged[~alive] = np.inf
+        merged[at, i] = np.inf
+        dist[at, i, :] = merged
+        dist[at, :, i] = merged
+        dist[at, j, :] = np.inf
+        dist[at, :, j] = np.inf
+    return out
+
+
+def cut_stack(merges: np.ndarray, n: int, groups: int) -> np.ndarray:
+    """cut() of each of a stack of merge orders (C, n - 1, 2): labels (C, n),
+    clusters numbered by their first point."""
+    c = merges.shape[0]
+    rep = np.tile(np.arange(n), (c, 1))  # each point's cluster, named by its smallest point
+    at = np.arange(c)
+    for k in range(max(0, n - groups)):
+        i, j = merges[:, k, 0], merges[:, k, 1]
+        # The merges join clusters by their smallest points (i < j): j's
+        # cluster takes i's name.
+        ri, rj = rep[at, i], rep[at, j]
+        np.copyto(rep, ri[:, None], where=rep == rj[:, None])
+    first = rep == np.arange(n)[None, :]
+    return np.asarray(np.cumsum(first, axis=1)[at[:, None], rep] - 1, dtype=np.int64)
+
+
 def _scipy_merges(z: np.ndarray, n: int) -> np.ndarray:
     """SciPy's linkage matrix as merges of representative points."""
-    rep = np.concatenate([np.arange(n), np.zeros(max(n - 1, 0), dtype=np.int64)])
-    out = np.empty((max(n - 1, 0), 2), dtype=np.int64)
-    for k, (a, b) in enumerate(z[:, :2].astype(np.int64)):
-        i, j = sorted((int(rep[a]), int(rep[b])))
-        out[k] = (i, j)
-        rep[n + k] = i
-    return out
+    rep = list(range(n))
+    out = []
+    for a, b in z[:, :2].astype(np.int64).tolist():
+        i, j = sorted((rep[a], rep[b]))
+        out.append((i, j))
+        rep.append(i)
+    return np.array(out, dtype=np.int64).reshape(max(n - 1, 0), 2)
+
+
+def largest_after(merges: np.ndarray, n: int) -> np.ndarray:
+    """largest[k]: the largest cluster's size after the first k merges
+    (k = 0..n-1). A cut into g clusters is of equal sizes exactly when
+    largest[n - g] == n / g (g clusters of n points, none above n / g), so
+    the cuts worth making are known from one pass."""
+    parent = list(range(n))
+    size = [1] * n
+    largest = [1] * n
+    top = 1
+    for k, (i, j) in enumerate(merges.tolist(), start=1):
+        ri, rj = find_root(parent, i), find_root(parent, j)
+        parent[rj] = ri
+        size[ri] += size[rj]
+        top = max(top, size[ri])
+        largest[k] = top
+    return np.array(largest[:n], dtype=np.int64)
 
 
 def find_root(parent: list[int], x: int) -> int:

@@ -59,3 +59,27 @@ def test_max_assignment_matches_scipy_total(r, c, seed):
 def test_max_assignment_refuses_more_rows_than_columns():
     with pytest.raises(ValueError):
         max_assignment(np.zeros((3, 2)))
+
+
+@pytest.mark.parametrize("n,seed", [(2, 0), (4, 1), (8, 2), (8, 3), (12, 4), (16, 5), (40, 6)])
+def test_stacked_linkage_and_cuts_are_each_matrix_s_own(n, seed):
+    """Thousands of containers' matrices are clustered in one stack: each
+    gets the merges and cuts the one-matrix functions give it, ties
+    (repeated points) and unequal clusters included."""
+    from controller.grouping import average_linkage_stack, cut_stack, largest_after
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(30, n, 3)) + 3 * rng.integers(0, 3, size=(30, n, 1))
+    x[::3, n // 2:] = x[::3, : n - n // 2]  # every third stack member has tied distances
+    d = np.sqrt(((x[:, :, None, :] - x[:, None, :, :]) ** 2).sum(axis=3))
+    merges = average_linkage_stack(d)
+    for c in range(len(d)):
+        one = average_linkage(d[c])
+        np.testing.assert_array_equal(merges[c], one)
+        largest = largest_after(one, n)
+        for g in range(1, n + 1):
+            labels = cut(one, n, g)
+            np.testing.assert_array_equal(cut_stack(merges[c:c + 1], n, g)[0], labels)
+            sizes = np.bincount(labels)
+            # The one-pass size test says which cuts are of equal sizes.
+            assert (largest[n - g] == n // g and n % g == 0) == (len(set(sizes.tolist())) == 1)

@@ -1469,3 +1469,28 @@ def test_containers_cut_by_noise_trade_their_strays_back() -> None:
     halves = np.array([0, 0, 1, 1] * 4)
     kept, moved = mend_split_containers(halves, container, rail)
     assert moved == 0 and (kept == halves).all()
+
+
+@pytest.mark.parametrize("n,dtype,seed", [(4, np.float64, 0), (8, np.float32, 1), (8, np.float64, 2),
+                                           (12, np.float32, 3), (16, np.float64, 4)])
+def test_containers_split_together_as_each_alone(n, dtype, seed):
+    """The tensor split clusters a stage's containers in one stack: each
+    gets equal_clusters' labels and separation (split or not, tied points
+    included), as a loop over containers gives them."""
+    from controller.skeleton import equal_clusters, equal_clusters_stack
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(40, n, 50))
+    blocks = 2 if n % 4 else 4
+    x[::2] += 2 * rng.normal(size=(20, blocks, 50)).repeat(n // blocks, axis=1)  # replicas
+    x[1::4, n // 2:] = x[1::4, : n - n // 2]  # tied distances
+    x = (x - x.mean(axis=2, keepdims=True)).astype(dtype)
+    x /= np.linalg.norm(x, axis=2, keepdims=True) + 1e-12
+    labels, seps = equal_clusters_stack(x, min_separation=0.3)
+    split = 0
+    for c in range(len(x)):
+        lab, sep = equal_clusters(x[c], [str(i) for i in range(n)], min_separation=0.3)
+        np.testing.assert_array_equal(labels[c], lab)
+        assert seps[c] == sep
+        split += int(lab.max() > 0)
+    assert 0 < split < len(x)  # both outcomes were compared
