@@ -3,17 +3,27 @@ skeleton out, one job at a time (controller/skeleton.py does the work)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analyzer.records import checked_schema, dictionary_columns
-from controller.skeleton import Rates, Skeleton, infer, ping_list, to_rates
+from controller.skeleton import (
+    Rates,
+    Skeleton,
+    group_rows,
+    group_spans,
+    grouped_rates,
+    infer,
+    ping_list,
+)
 from netskel.errors import InputError
 from netskel.topology import Topology, load_topology
 
@@ -21,17 +31,81 @@ THROUGHPUT_COLUMNS = {"ts": "float", "endpoint": "string", "tx_bytes": "integer"
                       "rx_bytes": "integer"}
 
 
-def read_throughput(path: str | Path, topo: Topology) -> dict[str, Any]:
-    """The file's columns as arrays, ids as codes into `names`. Row groups
+@dataclass
+class Throughput:
+    """A throughput file's rows of the topology's jobs, grouped by endpoint:
+    job after job, each job's endpoints in topology order (a job's rows are
+    one slice), each endpoint's rows in file order (`counts` each). Rows
+    of endpoints in no job are left out."""
+
+    endpoints: list[str]
+    counts: np.ndarray
+    ts: np.ndarray
+    tx: np.ndarray
+    rx: np.ndarray
+
+    @classmethod
+    def from_columns(cls, topo: Topology, ts: np.ndarray, code: np.ndarray, tx: np.ndarray,
+                     rx: np.ndarray, names: list[str]) -> Throughput:
+        """From columns in file order, ids as codes into `names`."""
+        eps, recode = _job_order(topo, names)
+        (ts, tx, rx), counts = group_rows(code, len(eps), [ts, tx, rx], recode=recode)
+        return cls(eps, counts, ts, tx, rx)
+
+
+def _job_order(topo: Topology, names: list[str]) -> tuple[list[str], np.ndarray]:
+    """(every job's endpoints, job by job; each name's place among them, or
+    their count for a name in no job)."""
+    eps = [e.id for j in topo.jobs() for e in topo.job_endpoints(j)]
+    at = {e: i for i, e in enumerate(eps)}
+    code_type = np.uint16 if len(eps) < 1 << 16 else np.int32
+    return eps, np.array([at.get(x, len(eps)) for x in names], dtype=code_type)
+
+
+def read_throughput(path: str | Path, topo: Topology) -> Throughput:
+    """The file's rows grouped by endpoint as they are decoded. Row groups
     are decoded on both cores (Parquet decoding releases the GIL; one
-    reader decoded 77 M rows in 8-9 s, most of `netskel infer`'s reading)
-    and copied straight into arrays allocated once: reading the whole table
-    first and converting it held every column twice (77 M rows: 2.2 GB
-    more), and on this VM memory a process touches for the first time costs
-    more in the kernel than the read itself."""
+    reader decoded 77 M rows in 8-9 s, most of `netskel infer`'s reading),
+    the ids first (they say where every row goes), then the other columns
+    a row group at a time, each placed straight into arrays allocated once:
+    no column is held in file order (77 M rows: 1.8 GB, written and read
+    once more), and on this VM memory a process touches for the first time
+    costs more in the kernel than the read itself."""
     p = Path(path)
     schema = checked_schema(p, THROUGHPUT_COLUMNS)
     as_dict = dictionary_columns(schema, ("endpoint",)) or None
+    local = threading.local()
+
+    def reader() -> pq.ParquetFile:
+        """Each thread reads with a reader of its own."""
+        if getattr(local, "f", None) is None:
+            local.f = pq.ParquetFile(p, read_dictionary=as_dict)
+        return cast(pq.ParquetFile, local.f)
+
+    def group(g: int, columns: list[str]) -> pa.Table:
+        t = reader().read_row_group(g, columns=columns, use_threads=False)
+        if t.num_rows != sizes[g]:
+            raise InputError(f"{p}: row group {g} holds {t.num_rows} rows where the "
+                             f"file's metadata says {sizes[g]}")
+        return t
+
+    def ids(g: int) -> pa.ChunkedArray:
+        return group(g, ["endpoint"]).column("endpoint")
+
+    def load(g: int) -> list[np.ndarray]:
+        t = group(g, ["ts", "tx_bytes", "rx_bytes"])
+        out = []
+        for c in ("ts", "tx_bytes", "rx_bytes"):
+            arr = t.column(c)
+            if arr.null_count:
+                raise InputError(f"{p}: column '{c}' has "
+                                 + ("null or non-finite values" if c == "ts" else "nulls"))
+            parts = [chunk.to_numpy(zero_copy_only=False) for chunk in arr.chunks]
+            out.append(parts[0] if len(parts) == 1 else np.concatenate(parts))
+        if not np.all(np.isfinite(out[0])):
+            raise InputError(f"{p}: column 'ts' has null or non-finite values")
+        return out
+
     try:
         first = pq.ParquetFile(p, read_dictionary=as_dict)
         meta = first.metadata
@@ -42,78 +116,53 @@ def read_throughput(path: str | Path, topo: Topology) -> dict[str, Any]:
         if sum(sizes) != n:
             raise InputError(f"{p}: row groups hold {sum(sizes)} rows where the file's "
                              f"metadata says {n}")
-        cols: dict[str, Any] = {"ts": np.empty(n, dtype=np.float64),
-                                "tx_bytes": np.empty(n, dtype=np.int64),
-                                "rx_bytes": np.empty(n, dtype=np.int64)}
-        ids: list[Any] = [None] * len(sizes)
+        with ThreadPoolExecutor(2) as pool:
+            parts = list(pool.map(ids, range(len(sizes))))
+        col = pa.chunked_array([c for part in parts for c in part.chunks], type=parts[0].type)
+        parts.clear()
+        if col.null_count:
+            raise InputError(f"{p}: column 'endpoint' has nulls")
+        if not pa.types.is_dictionary(col.type):
+            col = col.dictionary_encode()
+        col = col.unify_dictionaries()  # chunks share one dictionary, indices concatenate
+        names = col.chunk(0).dictionary.to_pylist() if col.num_chunks else []
+        unknown = sorted(x for x in names if x not in topo.endpoints)
+        if unknown:
+            raise InputError(f"{p}: column 'endpoint' names unknown endpoint '{unknown[0]}'")
+        code = np.empty(n, dtype=np.int32)
+        at = 0
+        for chunk in col.chunks:
+            code[at:at + len(chunk)] = chunk.indices.to_numpy(zero_copy_only=False)
+            at += len(chunk)
+        del col
+        eps, recode = _job_order(topo, names)
         starts = np.r_[0, np.cumsum(sizes)].tolist()
-
-        def read(share: range, f: pq.ParquetFile | None = None) -> None:
-            """Row groups `share`; each thread has a reader of its own."""
-            f = pq.ParquetFile(p, read_dictionary=as_dict) if f is None else f
-            for g in share:
-                t = f.read_row_group(g, columns=["ts", "endpoint", "tx_bytes", "rx_bytes"],
-                                     use_threads=False)
-                if t.num_rows != sizes[g]:
-                    raise InputError(f"{p}: row group {g} holds {t.num_rows} rows where the "
-                                     f"file's metadata says {sizes[g]}")
-                for c, out in cols.items():
-                    arr = t.column(c)
-                    if arr.null_count:
-                        raise InputError(f"{p}: column '{c}' has "
-                                         + ("null or non-finite values" if c == "ts" else "nulls"))
-                    at = starts[g]
-                    for chunk in arr.chunks:
-                        out[at:at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
-                        at += len(chunk)
-                ids[g] = t.column("endpoint")
-                del t
-
-        if len(sizes) == 1:
-            read(range(1), first)
-        else:
-            with ThreadPoolExecutor(2) as pool:
-                list(pool.map(read, (range(w, len(sizes), 2) for w in range(2)), (first, None)))
-        col = pa.chunked_array([c for part in ids for c in part.chunks], type=ids[0].type)
-        ids.clear()
+        (ts, tx, rx), counts = group_spans(
+            code, len(eps), list(zip(starts[:-1], starts[1:], strict=True)), load,
+            [np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.int64)], recode=recode)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise InputError(f"{p}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
-    if col.null_count:
-        raise InputError(f"{p}: column 'endpoint' has nulls")
-    if not pa.types.is_dictionary(col.type):
-        col = col.dictionary_encode()
-    col = col.unify_dictionaries()  # chunks share one dictionary, indices concatenate
-    names = col.chunk(0).dictionary.to_pylist() if col.num_chunks else []
-    unknown = sorted(n for n in names if n not in topo.endpoints)
-    if unknown:
-        raise InputError(f"{p}: column 'endpoint' names unknown endpoint '{unknown[0]}'")
-    if not np.all(np.isfinite(cols["ts"])):
-        raise InputError(f"{p}: column 'ts' has null or non-finite values")
-    code = np.empty(n, dtype=np.int32)
-    at = 0
-    for chunk in col.chunks:
-        code[at:at + len(chunk)] = chunk.indices.to_numpy(zero_copy_only=False)
-        at += len(chunk)
-    cols["code"] = code
-    cols["names"] = names
-    return cols
+    return Throughput(eps, counts, ts, tx, rx)
 
 
-def job_rates(topo: Topology, job: str, throughput: dict[str, Any], keep: bool = True) -> Rates:
+def job_rates(topo: Topology, job: str, throughput: Throughput, keep: bool = True) -> Rates:
     """One job's endpoints' rates from a throughput file read by
-    read_throughput (to_rates leaves other jobs' rows out). keep=False hands
-    the rows over (the caller's last job): each is freed as soon as
-    to_rates is done with it, and what comes next reuses its memory."""
+    read_throughput (its rows are one slice there). keep=False hands the
+    rows over (the caller's last job): they become running byte counts in
+    place, and nothing is copied."""
     eps = [e.id for e in topo.job_endpoints(job)]
     if len(eps) < 2:
         raise InputError(f"job '{job}' has {len(eps)} endpoint(s); a skeleton needs two or more")
-
-    def rows(c: str) -> Any:
-        return throughput[c] if keep else throughput.pop(c)
-
-    # Passed straight into the call, so no name here keeps a column alive.
-    return to_rates(rows("ts"), rows("code"), rows("tx_bytes"), rows("rx_bytes"), eps,
-                    names=throughput["names"])
+    th = throughput
+    i = th.endpoints.index(eps[0])
+    if th.endpoints[i:i + len(eps)] != eps:
+        raise ValueError(f"job '{job}': its endpoints are not one slice of the rows read")
+    bounds = np.r_[0, np.cumsum(th.counts)]
+    rows = slice(int(bounds[i]), int(bounds[i + len(eps)]))
+    tx, rx = th.tx[rows], th.rx[rows]
+    if keep:
+        tx, rx = tx.copy(), rx.copy()
+    return grouped_rates(th.ts[rows], tx, rx, th.counts[i:i + len(eps)], eps)
 
 
 def skeleton_doc(sk: Skeleton) -> dict[str, Any]:

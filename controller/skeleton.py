@@ -25,9 +25,11 @@ Follows the physics of real training (controller/timing.py says why):
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -119,19 +121,37 @@ class Skeleton:
         return {pair_key(e[int(a)], e[int(b)]) for a, b in self.pair_index}
 
 
-def group_rows(code: np.ndarray, n: int, columns: list[np.ndarray], block: int = GROUP_BLOCK,
+def group_rows(code: np.ndarray, n: int, columns: list[np.ndarray], block: int | None = None,
                recode: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """(each column's rows grouped by their code 0..n-1, file order kept
     within a code; rows per code). `recode`: codes are first looked up in
     it, and rows whose new code is n or more are left out (other jobs'
-    endpoints). A stable counting sort done a block of rows at a time:
-    each block is sorted where it sits in cache and its codes' runs written
-    to their places, a run per code. Sorting all rows and then gathering
-    each column in that order reads every row from a random place: a
-    recording whose rows come in time order, every endpoint once per
-    sampling (what collectors write), is a transposition (77 M rows: 13-15
-    s for the sort and three gathers, 4-5 s in blocks)."""
-    blocks = [(lo, min(len(code), lo + block)) for lo in range(0, len(code), block)]
+    endpoints). Columns in memory: `group_spans` a block at a time
+    (GROUP_BLOCK rows unless `block`)."""
+    block = block or GROUP_BLOCK
+    spans = [(lo, min(len(code), lo + block)) for lo in range(0, len(code), block)]
+    return group_spans(code, n, spans, lambda i: [c[spans[i][0]:spans[i][1]] for c in columns],
+                       [c.dtype for c in columns], block, recode)
+
+
+def group_spans(code: np.ndarray, n: int, spans: list[tuple[int, int]],
+                load: Callable[[int], list[np.ndarray]], dtypes: list[np.dtype[Any]],
+                block: int | None = None, recode: np.ndarray | None = None
+                ) -> tuple[list[np.ndarray], np.ndarray]:
+    """group_rows for columns that arrive a span of rows at a time
+    (`load(i)`: span i's columns; a Parquet row group as it is decoded), so
+    no column is held in file order first. A stable counting sort done a
+    block of rows at a time: each block is sorted where it sits in cache
+    and its codes' runs written to their places, a run per code. Sorting
+    all rows and then gathering each column in that order reads every row
+    from a random place: a recording whose rows come in time order, every
+    endpoint once per sampling (what collectors write), is a transposition
+    (77 M rows: 13-15 s for the sort and three gathers, 4-5 s in blocks;
+    decoding into file order first and grouping after wrote and read every
+    column once more, 1.8 GB)."""
+    step = block or GROUP_BLOCK
+    blocks = [(i, b, min(hi, b + step)) for i, (lo, hi) in enumerate(spans)
+              for b in range(lo, hi, step)]
 
     def codes(lo: int, hi: int) -> np.ndarray:
         c = code[lo:hi]
@@ -140,8 +160,8 @@ def group_rows(code: np.ndarray, n: int, columns: list[np.ndarray], block: int =
 
     per = np.empty((len(blocks), n), dtype=np.int64)
 
-    def count(i: int) -> None:
-        per[i] = np.bincount(codes(*blocks[i]), minlength=n + 1)[:n]
+    def count(b: int) -> None:
+        per[b] = np.bincount(codes(*blocks[b][1:]), minlength=n + 1)[:n]
 
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(count, range(len(blocks))))
@@ -150,21 +170,27 @@ def group_rows(code: np.ndarray, n: int, columns: list[np.ndarray], block: int =
     dest = np.cumsum(per, axis=0)
     dest -= per
     dest += (np.cumsum(counts) - counts)[None, :]
-    out = [np.empty(int(counts.sum()), dtype=c.dtype) for c in columns]
+    out = [np.empty(int(counts.sum()), dtype=t) for t in dtypes]
+    of_span: dict[int, list[int]] = defaultdict(list)
+    for b, (i, _, _) in enumerate(blocks):
+        of_span[i].append(b)
 
     def place(i: int) -> None:
-        lo, hi = blocks[i]
-        c = codes(lo, hi)
-        used = np.flatnonzero(per[i])
-        runs = per[i, used]
-        order = np.argsort(c, kind="stable")[:runs.sum()]  # left-out rows sort last
-        at = np.repeat(dest[i, used] - (np.cumsum(runs) - runs), runs)
-        at += np.arange(len(at))
-        for col, o in zip(columns, out, strict=True):
-            o[at] = col[lo:hi][order]
+        columns = load(i)
+        for b in of_span[i]:
+            _, lo, hi = blocks[b]
+            c = codes(lo, hi)
+            used = np.flatnonzero(per[b])
+            runs = per[b, used]
+            order = np.argsort(c, kind="stable")[:runs.sum()]  # left-out rows sort last
+            at = np.repeat(dest[b, used] - (np.cumsum(runs) - runs), runs)
+            at += np.arange(len(at))
+            first = spans[i][0]
+            for col, o in zip(columns, out, strict=True):
+                o[at] = col[lo - first:hi - first][order]
 
-    with ThreadPoolExecutor(2) as pool:  # blocks write disjoint rows
-        list(pool.map(place, range(len(blocks))))
+    with ThreadPoolExecutor(2) as pool:  # spans write disjoint rows
+        list(pool.map(place, range(len(spans))))
     return out, counts
 
 
@@ -214,6 +240,18 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     remap[want] = np.arange(len(want), dtype=code_type)
     (ts, tx, rx), counts = group_rows(code, len(want), [ts, tx, rx], recode=remap)
     del code  # each endpoint's rows are one run
+    return grouped_rates(ts, tx, rx, counts, wanted, chunk)
+
+
+def grouped_rates(ts: np.ndarray, tx: np.ndarray, rx: np.ndarray, counts: np.ndarray,
+                  wanted: list[str], chunk: int = 128) -> Rates:
+    """to_rates of rows already grouped by endpoint (`counts` rows each, in
+    `wanted` order; file order within an endpoint). tx and rx become the
+    running byte counts in place: they must be the caller's to give."""
+    if not np.all(counts > 0):
+        none = [e for e, c in zip(wanted, counts.tolist(), strict=True) if not c]
+        raise InputError(f"no throughput samples for endpoint '{none[0]}'"
+                         + (f" and {len(none) - 1} more" if len(none) > 1 else ""))
     within = time_order_within(ts, counts)
     if within is not None:
         ts, tx, rx = ts[within], tx[within], rx[within]
@@ -275,13 +313,13 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     del tx, rx
     grid = np.arange(start, end, dt)
     g = len(grid)
-    out_tx = np.empty((len(want), g - 1), dtype=np.float32)
+    out_tx = np.empty((len(wanted), g - 1), dtype=np.float32)
     out_rx = np.empty_like(out_tx)
 
     # `chunk` endpoints at a time: their (endpoints x grid) temporaries stay
     # in cache (32,768 endpoints: 128 a chunk 0.88x the time of 1,024).
     def fill(lo: int) -> None:
-        hi = min(len(want), lo + chunk)
+        hi = min(len(wanted), lo + chunk)
         rows = slice(bounds[lo], bounds[hi])
         # Grid point j of an endpoint interpolates between its last sample at
         # or before grid[j] and the next one. A sample lands in cell
@@ -300,7 +338,7 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
             out[lo:hi] = np.diff(v, axis=1) / dt
 
     with ThreadPoolExecutor(2) as pool:  # chunks write disjoint rows
-        list(pool.map(fill, range(0, len(want), chunk)))
+        list(pool.map(fill, range(0, len(wanted), chunk)))
     return Rates(endpoints=list(wanted), t0=start, dt=dt, tx=out_tx, rx=out_rx)
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from controller.infer import job_rates
+from controller.infer import Throughput, job_rates
 from controller.skeleton import WIDENED_CONFIDENCE, infer, mend_split_containers, to_rates
 from controller.timing import find_iterations, median_above, reduction_bursts
 from netskel.cli import main
@@ -30,10 +30,11 @@ def simulated_rates(shapes, noise=None, seed=0):
     # Columns as `netskel infer` reads them (read_throughput's form: ids
     # dictionary-encoded; np.isin of millions of strings against a job's ids
     # compared them one id at a time, a minute for 1,024 endpoints).
-    data = {c: table.column(c).to_numpy(zero_copy_only=False) for c in ("ts", "tx_bytes", "rx_bytes")}
+    ts, tx, rx = (table.column(c).to_numpy(zero_copy_only=False)
+                  for c in ("ts", "tx_bytes", "rx_bytes"))
     ids = table.column("endpoint").combine_chunks().dictionary_encode()
-    data["names"] = ids.dictionary.to_pylist()
-    data["code"] = ids.indices.to_numpy(zero_copy_only=False)
+    data = Throughput.from_columns(topo, ts, ids.indices.to_numpy(zero_copy_only=False), tx, rx,
+                                   ids.dictionary.to_pylist())
     return topo, {s.name: job_rates(topo, s.name, data) for s in shapes}, truth
 
 
@@ -1231,22 +1232,39 @@ def test_counter_increments_in_blocks_equal_one_pass(monkeypatch):
     assert np.all(whole.tx >= 0) and np.all(whole.rx >= 0)  # resets are not negative rates
 
 
-def test_throughput_read_in_batches_keeps_every_row_and_id(tmp_path):
-    """Row groups with their own dictionaries, copied batch by batch into
-    arrays allocated once: every row's id, time and counters as written."""
+@pytest.mark.parametrize("group_block", [1 << 19, 100])
+def test_throughput_read_in_batches_keeps_every_row_and_id(tmp_path, monkeypatch, group_block):
+    """Row groups with their own dictionaries, each placed as it is decoded
+    (in blocks smaller than a row group too): every row of a job's
+    endpoint, grouped job by job in topology order, each endpoint's rows in
+    file order, times and counters as written; rows of endpoints in no job
+    left out."""
+    from controller import skeleton
     from controller.infer import read_throughput
 
-    topo_doc, table, _ = simulate([JobShape("j", dp=2, tp=8, pp=2)], Noise(duration_s=10), seed=2)
+    monkeypatch.setattr(skeleton, "GROUP_BLOCK", group_block)
+    topo_doc, table, _ = simulate([JobShape("j", dp=2, tp=8, pp=2), JobShape("k", dp=2, tp=8, pp=1)],
+                                  Noise(duration_s=10), seed=2)
+    idle_container = next(c for c in topo_doc["containers"] if c["job"] == "k")
+    del idle_container["job"]  # a container in no job: its rows are no job's
+    idle = {e["id"] for e in idle_container["endpoints"]}
+    topo = parse_topology(topo_doc)
     rng = np.random.default_rng(0)
     table = table.take(pa.array(rng.permutation(table.num_rows)))
     path = tmp_path / "tp.parquet"
     pq.write_table(table, path, row_group_size=250)  # > 20 row groups, each its own dictionary
     assert pq.ParquetFile(path).metadata.num_row_groups > 20
-    got = read_throughput(path, parse_topology(topo_doc))
-    names = np.array(got["names"], dtype=object)
-    assert names[got["code"]].tolist() == table.column("endpoint").to_pylist()
-    for c in ("ts", "tx_bytes", "rx_bytes"):
-        np.testing.assert_array_equal(got[c], table.column(c).to_numpy())
+    got = read_throughput(path, topo)
+    want = [e.id for j in ("j", "k") for e in topo.job_endpoints(j)]
+    assert got.endpoints == want and not idle & set(want)
+    ids = np.array(table.column("endpoint").to_pylist(), dtype=object)
+    at = np.r_[0, np.cumsum(got.counts)]
+    for k, e in enumerate(want):
+        mine = ids == e
+        assert got.counts[k] == mine.sum() > 0
+        for c, col in (("ts", got.ts), ("tx_bytes", got.tx), ("rx_bytes", got.rx)):
+            np.testing.assert_array_equal(col[at[k]:at[k + 1]], table.column(c).to_numpy()[mine])
+    assert at[-1] == len(ids) - np.isin(ids, list(idle)).sum() < len(ids)
 
 
 def test_each_job_of_a_shared_file_as_when_inferred_alone(tmp_path):
