@@ -159,10 +159,19 @@ def job_rates(topo: Topology, job: str, throughput: Throughput, keep: bool = Tru
         raise ValueError(f"job '{job}': its endpoints are not one slice of the rows read")
     bounds = np.r_[0, np.cumsum(th.counts)]
     rows = slice(int(bounds[i]), int(bounds[i + len(eps)]))
-    tx, rx = th.tx[rows], th.rx[rows]
-    if keep:
-        tx, rx = tx.copy(), rx.copy()
-    return grouped_rates(th.ts[rows], tx, rx, th.counts[i:i + len(eps)], eps)
+    counts = th.counts[i:i + len(eps)]
+    if keep:  # grouped_rates turns tx and rx into running counts in place
+        return grouped_rates(th.ts[rows], th.tx[rows].copy(), th.rx[rows].copy(), counts, eps)
+
+    def handed(column: str) -> np.ndarray:
+        """The job's rows of a column taken out of `th`, so that the call
+        below holds the only reference (no name here keeps the rows alive:
+        grouped_rates frees each as soon as it is done with it)."""
+        rows_of = getattr(th, column)[rows]
+        setattr(th, column, np.empty(0))
+        return cast(np.ndarray, rows_of)
+
+    return grouped_rates(handed("ts"), handed("tx"), handed("rx"), counts, eps)
 
 
 def skeleton_doc(sk: Skeleton) -> dict[str, Any]:

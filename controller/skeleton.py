@@ -238,9 +238,11 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
     code_type = np.uint16 if len(want) < 1 << 16 else np.int32
     remap = np.full(len(names), len(want), dtype=code_type)
     remap[want] = np.arange(len(want), dtype=code_type)
-    (ts, tx, rx), counts = group_rows(code, len(want), [ts, tx, rx], recode=remap)
-    del code  # each endpoint's rows are one run
-    return grouped_rates(ts, tx, rx, counts, wanted, chunk)
+    grouped, counts = group_rows(code, len(want), [ts, tx, rx], recode=remap)
+    del code, ts, tx, rx  # each endpoint's rows are one run now
+    # Popped into the call: no name here keeps them alive while
+    # grouped_rates replaces them.
+    return grouped_rates(grouped.pop(0), grouped.pop(0), grouped.pop(0), counts, wanted, chunk)
 
 
 def grouped_rates(ts: np.ndarray, tx: np.ndarray, rx: np.ndarray, counts: np.ndarray,
