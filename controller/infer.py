@@ -101,7 +101,8 @@ def read_throughput(path: str | Path, topo: Topology) -> Throughput:
                 raise InputError(f"{p}: column '{c}' has "
                                  + ("null or non-finite values" if c == "ts" else "nulls"))
             parts = [chunk.to_numpy(zero_copy_only=False) for chunk in arr.chunks]
-            out.append(parts[0] if len(parts) == 1 else np.concatenate(parts))
+            out.append(parts[0] if len(parts) == 1 else
+                       np.concatenate(parts) if parts else np.empty(0))
         if not np.all(np.isfinite(out[0])):
             raise InputError(f"{p}: column 'ts' has null or non-finite values")
         return out

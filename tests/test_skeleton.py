@@ -1512,3 +1512,23 @@ def test_containers_split_together_as_each_alone(n, dtype, seed):
         assert seps[c] == sep
         split += int(lab.max() > 0)
     assert 0 < split < len(x)  # both outcomes were compared
+
+
+def test_an_empty_row_group_is_read_as_nothing(tmp_path):
+    """A writer may leave a row group with no rows (pyarrow does, for an
+    empty batch): the rows read are those of the same file without it."""
+    from controller.infer import read_throughput
+
+    topo_doc, table, _ = simulate([JobShape("j", dp=2, tp=8, pp=1)], Noise(duration_s=10), seed=3)
+    topo = parse_topology(topo_doc)
+    half = table.num_rows // 2
+    with pq.ParquetWriter(tmp_path / "gap.parquet", table.schema) as w:
+        for part in (table.slice(0, half), table.slice(0, 0), table.slice(half)):
+            w.write_table(part)
+    assert 0 in [g.num_rows for g in (pq.ParquetFile(tmp_path / "gap.parquet").metadata.row_group(i)
+                                      for i in range(3))]
+    pq.write_table(table, tmp_path / "whole.parquet")
+    got, want = (read_throughput(tmp_path / f, topo) for f in ("gap.parquet", "whole.parquet"))
+    assert got.endpoints == want.endpoints
+    for c in ("counts", "ts", "tx", "rx"):
+        np.testing.assert_array_equal(getattr(got, c), getattr(want, c))
