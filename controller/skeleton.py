@@ -1274,7 +1274,8 @@ def _group_residual(x: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
     group's members share (the iteration's common rhythm) removed."""
     out = np.empty_like(x)
     for g in groups:
-        out[g] = x[g] - x[g].mean(axis=0, keepdims=True)
+        rows = x[g]  # gathered once
+        out[g] = rows - rows.mean(axis=0, keepdims=True)
     out /= np.sqrt(np.einsum("ij,ij->i", out, out))[:, None] + 1e-12
     return out
 
