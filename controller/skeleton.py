@@ -369,15 +369,21 @@ def silhouette(d: np.ndarray, labels: np.ndarray) -> float:
 
 
 def _silhouette_from_sums(sums: np.ndarray, sizes: np.ndarray, labels: np.ndarray) -> float:
-    n = len(labels)
-    own = sizes[labels]
-    a = sums[np.arange(n), labels] / np.maximum(own - 1, 1)
-    mean_other = sums / np.maximum(sizes, 1)[None, :]
-    mean_other[np.arange(n), labels] = np.inf
-    b = mean_other.min(axis=1)
+    return float(_silhouettes(sums[None], sizes[None], labels[None])[0])
+
+
+def _silhouettes(sums: np.ndarray, sizes: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Mean silhouettes of C labellings at once: sums (C, n, g), each
+    point's distance sum to every cluster; sizes (C, g); labels (C, n)."""
+    rows, n = np.arange(len(labels))[:, None], labels.shape[1]
+    own = sizes[rows, labels]
+    a = sums[rows, np.arange(n)[None, :], labels] / np.maximum(own - 1, 1)
+    mean_other = sums / np.maximum(sizes, 1)[:, None, :]
+    mean_other[rows, np.arange(n)[None, :], labels] = np.inf
+    b = mean_other.min(axis=2)
     s = (b - a) / np.maximum(np.maximum(a, b), 1e-300)
     s[own == 1] = 0.0
-    return float(s.mean())
+    return np.asarray(s.mean(axis=1))
 
 
 def silhouette_1d(x: np.ndarray, labels: np.ndarray) -> float:
@@ -448,7 +454,6 @@ def equal_clusters_stack(x: np.ndarray, min_separation: float = 0.5
     merges = average_linkage_stack(d)
     best = np.zeros(c)
     found = np.zeros(c, dtype=bool)
-    rows = np.arange(c)[:, None]
     for g in range(2, n // 2 + 1):
         if n % g:
             continue
@@ -456,15 +461,7 @@ def equal_clusters_stack(x: np.ndarray, min_separation: float = 0.5
         onehot = (lab[:, :, None] == np.arange(g)[None, None, :]).astype(np.float64)
         sizes = onehot.sum(axis=1)  # (C, g)
         equal = (sizes == n // g).all(axis=1)
-        sums = d @ onehot  # each point's distance sum to every cluster
-        own = sizes[rows, lab]
-        a = sums[rows, np.arange(n)[None, :], lab] / np.maximum(own - 1, 1)
-        mean_other = sums / np.maximum(sizes, 1)[:, None, :]
-        mean_other[rows, np.arange(n)[None, :], lab] = np.inf
-        b = mean_other.min(axis=2)
-        s = (b - a) / np.maximum(np.maximum(a, b), 1e-300)
-        s[own == 1] = 0.0
-        s_mean = s.mean(axis=1)
+        s_mean = _silhouettes(d @ onehot, sizes, lab)
         better = equal & (s_mean > best)
         best[better] = s_mean[better]
         labels[better] = lab[better]
