@@ -185,9 +185,17 @@ def group_spans(code: np.ndarray, n: int, spans: list[tuple[int, int]],
             order = np.argsort(c, kind="stable")[:runs.sum()]  # left-out rows sort last
             at = np.repeat(dest[b, used] - (np.cumsum(runs) - runs), runs)
             at += np.arange(len(at))
-            first = spans[i][0]
-            for col, o in zip(columns, out, strict=True):
-                o[at] = col[lo - first:hi - first][order]
+            part = slice(lo - spans[i][0], hi - spans[i][0])
+            if len(at) == hi - lo:
+                # Every row kept: each row's place, and the columns written
+                # there straight from the block (no gathered copy of each).
+                where = np.empty(hi - lo, dtype=np.int64)
+                where[order] = at
+                for col, o in zip(columns, out, strict=True):
+                    o[where] = col[part]
+            else:
+                for col, o in zip(columns, out, strict=True):
+                    o[at] = col[part][order]
 
     with ThreadPoolExecutor(2) as pool:  # spans write disjoint rows
         list(pool.map(place, range(len(spans))))
