@@ -1532,3 +1532,19 @@ def test_an_empty_row_group_is_read_as_nothing(tmp_path):
     assert got.endpoints == want.endpoints
     for c in ("counts", "ts", "tx", "rx"):
         np.testing.assert_array_equal(getattr(got, c), getattr(want, c))
+
+
+def test_row_reductions_in_blocks_on_both_cores_are_the_whole_array_s():
+    """Quantiles and medians of rows, taken a block of rows at a time in
+    two threads (`rowwise`), are those of one call on the whole array, bit
+    for bit, blocks of every size and a strided view included."""
+    from controller.timing import rowwise
+
+    x = np.random.default_rng(5).lognormal(0, 2, size=(103, 57)).astype(np.float32)
+    x[7, 3] = x[7, 4]  # ties
+    for fn in (lambda b: np.quantile(b, 0.999, axis=1, keepdims=True),
+               lambda b: np.median(b, axis=1, keepdims=True)):
+        whole = fn(x)
+        for rows in (1, 7, 50, 103, 500):
+            np.testing.assert_array_equal(rowwise(fn, x, rows), whole)
+        np.testing.assert_array_equal(rowwise(fn, x[:, ::4], 10), fn(x[:, ::4]))
