@@ -1267,7 +1267,8 @@ def transfer_series(tx: np.ndarray, rx: np.ndarray, mask: np.ndarray, lone: np.n
     checkpoint writes (hundreds of MB, one direction, partner of nobody)
     outweigh every activation in a correlation. High-passing is linear in
     the bytes, so the sum is the high-passed sum."""
-    htx, hrx = high_passed(tx, mask, dt), high_passed(rx, mask, dt)
+    with ThreadPoolExecutor(2) as pool:  # numpy passes that release the GIL: both cores
+        htx, hrx = pool.map(lambda x: high_passed(x, mask, dt), (tx, rx))
     fine = htx + hrx
     htx[lone] = 0.0
     hrx[lone] = 0.0
@@ -1397,7 +1398,8 @@ def infer(topo: Topology, job: str, r: Rates) -> Skeleton:
     sym_wobble = activity_wobble(sym, mask, it, r.dt, groups)
     ep, ep_groups = expert_groups(sym_wobble, groups)
     if pp > 1:
-        ntx, nrx = (_group_residual(v, groups) for v in (htx, hrx))
+        with ThreadPoolExecutor(2) as pool:  # both cores, as transfer_series
+            ntx, nrx = pool.map(lambda v: _group_residual(v, groups), (htx, hrx))
         level = [float(np.median(offset[st])) for st in stage_sets]
         gaps = [abs(b - a) / r.dt for a, b in zip(level, level[1:], strict=False)]
         merged = expert_units(stage_units, ep_groups, n)
