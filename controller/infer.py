@@ -23,6 +23,7 @@ from controller.skeleton import (
     grouped_rates,
     infer,
     ping_list,
+    places,
 )
 from netskel.errors import InputError
 from netskel.topology import Topology, load_topology
@@ -54,12 +55,9 @@ class Throughput:
 
 
 def _job_order(topo: Topology, names: list[str]) -> tuple[list[str], np.ndarray]:
-    """(every job's endpoints, job by job; each name's place among them, or
-    their count for a name in no job)."""
+    """(every job's endpoints, job by job; each name's place among them)."""
     eps = [e.id for j in topo.jobs() for e in topo.job_endpoints(j)]
-    at = {e: i for i, e in enumerate(eps)}
-    code_type = np.uint16 if len(eps) < 1 << 16 else np.int32
-    return eps, np.array([at.get(x, len(eps)) for x in names], dtype=code_type)
+    return eps, places(names, eps)
 
 
 def read_throughput(path: str | Path, topo: Topology) -> Throughput:

@@ -121,6 +121,15 @@ class Skeleton:
         return {pair_key(e[int(a)], e[int(b)]) for a, b in self.pair_index}
 
 
+def places(names: list[str], wanted: list[str]) -> np.ndarray:
+    """Each name's place in `wanted`, or len(wanted) where it is not
+    wanted: the `recode` of group_rows. Places up to 65,535 fit 16 bits,
+    which numpy sorts by radix."""
+    at = {e: i for i, e in enumerate(wanted)}
+    code_type = np.uint16 if len(wanted) < 1 << 16 else np.int32
+    return np.array([at.get(x, len(wanted)) for x in names], dtype=code_type)
+
+
 def group_rows(code: np.ndarray, n: int, columns: list[np.ndarray], block: int | None = None,
                recode: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """(each column's rows grouped by their code 0..n-1, file order kept
@@ -155,7 +164,6 @@ def group_spans(code: np.ndarray, n: int, spans: list[tuple[int, int]],
 
     def codes(lo: int, hi: int) -> np.ndarray:
         c = code[lo:hi]
-        # Codes up to 65,535 fit 16 bits, which numpy sorts by radix.
         return c if recode is None else recode[c]
 
     per = np.empty((len(blocks), n), dtype=np.int64)
@@ -233,20 +241,11 @@ def to_rates(ts: np.ndarray, endpoint: np.ndarray, tx: np.ndarray, rx: np.ndarra
         names, code = factorize(np.asarray(endpoint, dtype=object))
     else:
         code = np.asarray(endpoint)
-    index = {n: i for i, n in enumerate(names)}
-    missing = [e for e in wanted if e not in index]
-    if missing:
-        raise InputError(f"no throughput samples for endpoint '{missing[0]}'"
-                         + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
-    want = np.array([index[e] for e in wanted], dtype=np.int64)
-    # Renumber the wanted endpoints 0..E-1 and leave everything else out
-    # (len(want) marks rows of endpoints not wanted), a block at a time as
-    # the rows are grouped: every (rows,) array here is large (77 M rows:
-    # 0.6 GB a column), and memory a process touches first is slow.
-    code_type = np.uint16 if len(want) < 1 << 16 else np.int32
-    remap = np.full(len(names), len(want), dtype=code_type)
-    remap[want] = np.arange(len(want), dtype=code_type)
-    grouped, counts = group_rows(code, len(want), [ts, tx, rx], recode=remap)
+    # Renumbered 0..E-1 as the rows are grouped, everything else left out,
+    # a block at a time: every (rows,) array here is large (77 M rows: 0.6
+    # GB a column), and memory a process touches first is slow. A wanted
+    # endpoint with no rows is grouped_rates' error.
+    grouped, counts = group_rows(code, len(wanted), [ts, tx, rx], recode=places(names, wanted))
     del code, ts, tx, rx  # each endpoint's rows are one run now
     # Popped into the call: no name here keeps them alive while
     # grouped_rates replaces them.
