@@ -126,17 +126,31 @@ def window_from_pb(m: cpb.WindowStats) -> WindowStats:
                                     for r in m.routes if r.route), **stats)
 
 
-def window_batch_to_pb(b: WindowBatch) -> pb.WindowBatch:
-    """Windows as the columns the analyzer reads (`window_batch_from_pb`)."""
-    return pb.WindowBatch(columns=cpb.WindowColumns(
-        names=b.names, src=b.src.tolist(), dst=b.dst.tolist(), window_start=b.start.tolist(),
-        window_end=b.end.tolist(), size=b.size.tolist(), sent=b.sent.tolist(),
-        lost=b.lost.tolist(), rtt=b.stats.ravel().tolist(), slow=b.slow.tolist(),
-        protos=b.protos, proto=b.proto.tolist(), clocks=b.clocks, clock=b.clock.tolist(),
-        route_names=b.route_names,
-        route=b.route.tolist(), route_count=np.diff(b.r_ptr).tolist(),
-        route_code=b.r_route.tolist(), route_sent=b.r_sent.tolist(),
-        route_lost=b.r_lost.tolist(), route_median=b.r_median.tolist()))
+# WindowColumns' numeric columns: field -> the little-endian type of its
+# packed form (PackedColumns).
+_PACKED = {"src": "<u4", "dst": "<u4", "window_start": "<f8", "window_end": "<f8",
+           "size": "<u4", "sent": "<u4", "lost": "<u4", "rtt": "<f8", "slow": "<u4",
+           "proto": "<u4", "route": "<i4", "route_count": "<u4", "route_code": "<u4",
+           "route_sent": "<u4", "route_lost": "<u4", "route_median": "<f8", "clock": "<u4"}
+
+
+def window_batch_to_pb(b: WindowBatch, packed: bool = True) -> pb.WindowBatch:
+    """Windows as the columns the analyzer reads (`window_batch_from_pb`):
+    numbers packed as bytes, or (packed=False) as repeated fields, the form
+    older agents send."""
+    cols = {"src": b.src, "dst": b.dst, "window_start": b.start, "window_end": b.end,
+            "size": b.size, "sent": b.sent, "lost": b.lost, "rtt": b.stats.ravel(),
+            "slow": b.slow, "proto": b.proto, "clock": b.clock, "route": b.route,
+            "route_count": np.diff(b.r_ptr), "route_code": b.r_route, "route_sent": b.r_sent,
+            "route_lost": b.r_lost, "route_median": b.r_median}
+    c = cpb.WindowColumns(names=b.names, protos=b.protos, clocks=b.clocks,
+                          route_names=b.route_names)
+    for k, v in cols.items():
+        if packed:
+            setattr(c.packed, k, np.asarray(v, dtype=_PACKED[k]).tobytes())
+        else:
+            getattr(c, k).extend(v.tolist())
+    return pb.WindowBatch(columns=c)
 
 
 def window_batch_from_pb(m: pb.WindowBatch) -> WindowBatch:
@@ -158,7 +172,7 @@ def _table(names: Sequence[str], codes: np.ndarray, what: str,
     which must still be one name downstream. -1 stays -1."""
     if len(codes) and (codes.max() >= len(names) or codes.min() < -1):
         raise InputError(f"window columns: {what} index out of its table of {len(names)}")
-    table = [rename(x) for x in names]
+    table = list(names) if rename is str else [rename(x) for x in names]
     if len(set(table)) == len(table):
         return table, codes
     seen: dict[str, int] = {}
@@ -166,53 +180,74 @@ def _table(names: Sequence[str], codes: np.ndarray, what: str,
     return list(seen), np.asarray(remap[codes])
 
 
+def _numbers(c: cpb.WindowColumns) -> Callable[[str, type], np.ndarray]:
+    """Reads one numeric column, packed or repeated, as a fresh array."""
+    if not c.HasField("packed"):
+        # np.array is 4x np.fromiter's speed on a repeated field
+        return lambda field, dtype: np.array(getattr(c, field), dtype=dtype)
+    if any(len(getattr(c, f)) for f in _PACKED):
+        raise InputError("window columns: both packed and repeated numbers in one message")
+    p = c.packed
+
+    def packed(field: str, dtype: type) -> np.ndarray:
+        raw, kind = getattr(p, field), np.dtype(_PACKED[field])
+        if len(raw) % kind.itemsize:
+            raise InputError(f"window columns: {field} is {len(raw)} bytes, not whole "
+                             f"{kind.itemsize}-byte values")
+        return np.frombuffer(raw, dtype=kind).astype(dtype)
+    return packed
+
+
 def _columns_from_pb(c: cpb.WindowColumns) -> WindowBatch:
-    n = len(c.src)
+    read = _numbers(c)
+    src = read("src", np.int64)
+    n = len(src)
 
-    def col(values: Sequence[float], dtype: type, length: int, what: str) -> np.ndarray:
+    def col(field: str, dtype: type, length: int) -> np.ndarray:
+        values = read(field, dtype)
         if len(values) != length:
-            raise InputError(f"window columns: {what} has {len(values)} entries, "
+            raise InputError(f"window columns: {field} has {len(values)} entries, "
                              f"expected {length}")
-        return np.array(values, dtype=dtype)  # 4x np.fromiter's speed on a repeated field
+        return values
 
-    sent = col(c.sent, np.int64, n, "sent")
-    lost = col(c.lost, np.int64, n, "lost")
-    stats = col(c.rtt, np.float64, n * len(STAT_FIELDS), "rtt").reshape(n, len(STAT_FIELDS))
+    sent = col("sent", np.int64, n)
+    lost = col("lost", np.int64, n)
+    stats = col("rtt", np.float64, n * len(STAT_FIELDS)).reshape(n, len(STAT_FIELDS))
     stats[lost >= sent] = math.nan
-    names, ends = _table(c.names, np.concatenate([col(c.src, np.int64, n, "src"),
-                                                  col(c.dst, np.int64, n, "dst")]), "endpoint")
-    protos, proto = _table(c.protos, col(c.proto, np.int64, n, "proto"), "proto",
+    names, ends = _table(c.names, np.concatenate([src, col("dst", np.int64, n)]), "endpoint")
+    protos, proto = _table(c.protos, col("proto", np.int64, n), "proto",
                            lambda x: x or "udp")
     # No clock column (an older agent): every clock unknown. A name outside
     # CLOCKS is unknown too: it describes, it decides nothing.
-    clocks, clock = _table(c.clocks, col(c.clock, np.int64, n, "clock"), "clock",
-                           lambda x: x if x in CLOCKS else "") \
-        if len(c.clock) else ([""], np.zeros(n, dtype=np.int64))
-    counts = col(c.route_count, np.int64, n, "route_count")
+    clock = read("clock", np.int64)
+    if len(clock) not in (0, n):
+        raise InputError(f"window columns: clock has {len(clock)} entries, expected {n}")
+    clocks, clock = _table(c.clocks, clock, "clock", lambda x: x if x in CLOCKS else "") \
+        if len(clock) else ([""], np.zeros(n, dtype=np.int64))
+    counts = col("route_count", np.int64, n)
     m = int(counts.sum())
-    code = col(c.route_code, np.int64, m, "route_code")
+    code = col("route_code", np.int64, m)
     if m and code.min() < 0:
         raise InputError("window columns: route_code index out of its table")
-    routes, both = _table(c.route_names, np.concatenate([col(c.route, np.int64, n, "route"),
-                                                         code]), "route")
+    routes, both = _table(c.route_names, np.concatenate([col("route", np.int64, n), code]),
+                          "route")
     if "" in routes:  # an untraced route is no route
         empty = routes.index("")
         both[both == empty] = -1
     route, r_route = both[:n], both[n:]
-    r_sent = col(c.route_sent, np.int64, m, "route_sent")
-    r_lost = np.minimum(col(c.route_lost, np.int64, m, "route_lost"), r_sent)
-    r_median = col(c.route_median, np.float64, m, "route_median")
+    r_sent = col("route_sent", np.int64, m)
+    r_lost = np.minimum(col("route_lost", np.int64, m), r_sent)
+    r_median = col("route_median", np.float64, m)
     r_median[r_lost >= r_sent] = math.nan
     keep = r_route >= 0
     owner = np.repeat(np.arange(n), counts)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner[keep], minlength=n), out=ptr[1:])
     return WindowBatch(
-        names=names, src=ends[:n], dst=ends[n:], start=col(c.window_start, np.float64, n,
-                                                           "window_start"),
-        end=col(c.window_end, np.float64, n, "window_end"), size=col(c.size, np.int64, n, "size"),
+        names=names, src=ends[:n], dst=ends[n:], start=col("window_start", np.float64, n),
+        end=col("window_end", np.float64, n), size=col("size", np.int64, n),
         sent=sent, lost=lost, stats=stats,
-        slow=np.minimum(col(c.slow, np.int64, n, "slow"), np.maximum(sent - lost, 0)),
+        slow=np.minimum(col("slow", np.int64, n), np.maximum(sent - lost, 0)),
         protos=protos, proto=proto, clocks=clocks, clock=clock, route_names=routes,
         route=route, r_ptr=ptr,
         r_route=r_route[keep], r_sent=r_sent[keep], r_lost=r_lost[keep],
