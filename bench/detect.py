@@ -4,9 +4,11 @@
 
 Prints one JSON line:
 - one 30 s window of ~512 K pairs through the analyzer engine (WindowStats
-  in, incidents out), from the wire (serialized reports of 256 windows in,
-  as the live analyzer takes them) and through the array core alone
-  (analyzer/detect.py), after 6 warm-up windows; goal <= 3 s per window;
+  in, incidents out), from the wire (agents' reports of 256 windows, through
+  the controller's decoding and report feed, to the live analyzer; also the
+  analyzer fed one event per report, and the controller's own time) and
+  through the array core alone (analyzer/detect.py), after 6 warm-up
+  windows; goal <= 3 s per window;
 - the vectorized LOF against scikit-learn's LocalOutlierFactor, one pair at
   a time, on the same 2,000 pairs (ratio measured in this run);
 - median detection delay (fault start -> incident visible to `tick`) for a
@@ -17,6 +19,7 @@ Prints one JSON line:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -32,9 +35,12 @@ from analyzer.engine import Analyzer  # noqa: E402
 from analyzer.lof import lof_novelty  # noqa: E402
 from analyzer.records import ProbeRecords  # noqa: E402
 from analyzer.windows import compute_windows  # noqa: E402
+from controller.service import _coalesce  # noqa: E402
+from controller.state import ReportEvent  # noqa: E402
 from netskel import serde  # noqa: E402
 from netskel.api.v1 import controller_pb2 as pb  # noqa: E402
 from netskel.config import AnalyzerConfig  # noqa: E402
+from netskel.grpcserver import Mailbox  # noqa: E402
 from netskel.model import WindowStats  # noqa: E402
 from netskel.probesim import ProbeFault, simulate_probes  # noqa: E402
 from netskel.topology import parse_topology  # noqa: E402
@@ -72,24 +78,38 @@ def window_throughput(n_pairs: int) -> dict[str, object]:
         assert not rejected
     incidents = len(eng.incidents)
     # The same windows as agents' reports carry them (REPORT windows each),
-    # through the analyzer's live path: each report parsed from its bytes,
-    # decoded into columns (serde), validated, charted and queued; then
-    # the window analysed. No WindowStats is built.
+    # through the controller (each report decoded, queued on the feed and
+    # sent on as its feed coalesces them when every agent reports at once:
+    # `controller_window_s`) to the analyzer's live path: each event parsed
+    # from its bytes, decoded into columns (serde), validated, charted and
+    # queued; then the window analysed (`wire_window_s`). No WindowStats is
+    # built. `report_events_window_s`: the analyzer given one event per
+    # agent report, as before the feed coalesced them.
     wire = Analyzer(topo, AnalyzerConfig())
-    wire_times = []
+    single = Analyzer(topo, AnalyzerConfig())
+    wire_times: list[float] = []
+    single_times: list[float] = []
+    ctl_times: list[float] = []
     for k in range(8):
         ws = windows(k)
-        raw = [pb.ReportEvent(windows=serde.window_batch_to_pb(WindowBatch.from_windows(
+        raw = [pb.AgentReport(windows=serde.window_batch_to_pb(WindowBatch.from_windows(
             ws[i:i + REPORT]))).SerializeToString() for i in range(0, len(ws), REPORT)]
         del ws
         t = time.perf_counter()
-        for r in raw:
-            rejected = wire.add_live(serde.window_batch_from_pb(pb.ReportEvent.FromString(r).windows))
-            assert not rejected
-        wire.tick(T0 + (k + 1) * W + 5)
-        wire_times.append(time.perf_counter() - t)
-    incidents += len(wire.incidents)
-    del wire
+        events = feed_events(raw)
+        ctl_times.append(time.perf_counter() - t)
+        one_each = [pb.ReportEvent(windows=pb.AgentReport.FromString(r).windows)
+                    .SerializeToString() for r in raw]
+        for analyzer, evs, took in ((wire, events, wire_times), (single, one_each, single_times)):
+            t = time.perf_counter()
+            for r in evs:
+                rejected = analyzer.add_live(serde.window_batch_from_pb(
+                    pb.ReportEvent.FromString(r).windows))
+                assert not rejected
+            analyzer.tick(T0 + (k + 1) * W + 5)
+            took.append(time.perf_counter() - t)
+    incidents += len(wire.incidents) + len(single.incidents)
+    del wire, single
     # The array core alone, on the same rows.
     det = eng.detector
     batch = windows(8)
@@ -103,9 +123,30 @@ def window_throughput(n_pairs: int) -> dict[str, object]:
     core = time.perf_counter() - t
     return {"pairs": int(n_pairs), "engine_window_s": round(float(np.median(times[6:])), 2),
             "wire_window_s": round(float(np.median(wire_times[6:])), 2),
+            "report_events_window_s": round(float(np.median(single_times[6:])), 2),
+            "controller_window_s": round(float(np.median(ctl_times[6:])), 2),
             "first_window_s": round(times[0], 2), "core_window_s": round(core, 2),
             "engine_pair_windows_per_s": int(n_pairs / np.median(times[6:])),
             "core_pair_windows_per_s": int(n_pairs / core), "false_incidents": incidents}
+
+
+def feed_events(reports: list[bytes]) -> list[bytes]:
+    """Agents' serialized reports as the controller's report feed sends them
+    on when they all arrived before the analyzer read: each decoded, queued,
+    and coalesced by the feed itself (`_coalesce`)."""
+    loop = asyncio.new_event_loop()
+    try:
+        box: Mailbox[ReportEvent] = Mailbox(loop, len(reports) + 1)
+        for r in reports:
+            box.offer(serde.window_batch_from_pb(pb.AgentReport.FromString(r).windows))
+        out = []
+        while (first := loop.run_until_complete(box.get(0.0))) is not None:
+            assert isinstance(first, WindowBatch)
+            out.append(pb.ReportEvent(windows=serde.window_batch_to_pb(
+                _coalesce(first, box))).SerializeToString())
+        return out
+    finally:
+        loop.close()
 
 
 def lof_speed(pairs: int = 2000) -> dict[str, object]:

@@ -127,6 +127,15 @@ class Mailbox(Generic[T]):
             self.overflowed = False
             self._items.clear()
 
+    def take_while(self, fits: Callable[[T], bool]) -> list[T]:
+        """The items queued now, from the front, while `fits` accepts the
+        next (it may count what it accepted); never waits."""
+        out: list[T] = []
+        with self._lock:
+            while self._items and not self.overflowed and fits(self._items[0]):
+                out.append(self._items.popleft())
+        return out
+
     async def get(self, timeout: float) -> T | None:
         """The next item; None after `timeout` seconds without one."""
         while True:
