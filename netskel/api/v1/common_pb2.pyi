@@ -423,7 +423,8 @@ class WindowColumns(_message.Message):
         """The numeric columns above as packed little-endian arrays. Writers since
         2026-11-27 set this and leave the repeated numeric fields empty; a
         reader takes either form, never both in one message (older agents send
-        the repeated one).
+        the repeated one). A reader older than this field sees no windows at
+        all: upgrade analyzers, then controllers, then agents.
         """
 
     def __init__(
