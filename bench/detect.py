@@ -195,9 +195,10 @@ def delays(runs: int) -> dict[str, object]:
                 if eng.incidents:
                     seen = now - (T0 + start)
                     break
-            got.append(seen if seen is not None else float("nan"))
-        out[name] = {"median_delay_s": round(float(np.nanmedian(got)), 1),
-                     "delays_s": [round(g, 1) for g in got]}
+            got.append(None if seen is None else round(seen, 1))  # None: never found
+        found = [g for g in got if g is not None]
+        out[name] = {"median_delay_s": round(float(np.median(found)), 1) if found else None,
+                     "delays_s": got}
     return out
 
 
