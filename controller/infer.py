@@ -24,8 +24,9 @@ from controller.skeleton import (
     infer,
     ping_list,
     places,
+    rail_aligned,
 )
-from netskel.errors import InputError
+from netskel.errors import InputError, InsufficientData
 from netskel.topology import Topology, load_topology
 
 THROUGHPUT_COLUMNS = {"ts": "float", "endpoint": "string", "tx_bytes": "integer",
@@ -182,8 +183,14 @@ def skeleton_doc(sk: Skeleton) -> dict[str, Any]:
 
 
 def infer_files(topology: str | Path, throughput: str | Path, job: str | None = None,
-                progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+                progress: Callable[[str, int, int], None] | None = None,
+                warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every job's skeleton (contract section 4). A job the recording holds
+    too little of (an endpoint without samples: its container joined late;
+    a single endpoint) keeps the rail-aligned list with a note, as the live
+    controller keeps it, and `warn` hears why; the other jobs are inferred."""
     say = progress or (lambda stage, done, total: None)
+    tell = warn or (lambda line: None)
     say("reading topology", 0, 0)
     topo = load_topology(topology)
     say("reading throughput samples", 0, 0)
@@ -196,7 +203,18 @@ def infer_files(topology: str | Path, throughput: str | Path, job: str | None = 
     out = []
     for n, j in enumerate(jobs):
         say(f"inferring job {j}", n, len(jobs))
-        rates = job_rates(topo, j, data, keep=n < len(jobs) - 1)
+        eps = [e.id for e in topo.job_endpoints(j)]
+        if len(eps) < 2:
+            why = f"{len(eps)} endpoint(s): no pair to probe"
+            tell(f"job '{j}': {why}")
+            out.append(skeleton_doc(rail_aligned(topo, j, eps, why)))
+            continue
+        try:
+            rates = job_rates(topo, j, data, keep=n < len(jobs) - 1)
+        except InsufficientData as e:
+            tell(f"job '{j}': the rail-aligned list: {throughput}: {e}")
+            out.append(skeleton_doc(rail_aligned(topo, j, eps, f"cannot infer from {throughput}: {e}")))
+            continue
         out.append(skeleton_doc(infer(topo, j, rates)))
         del rates
     say("inferring jobs", len(jobs), len(jobs))

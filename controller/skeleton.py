@@ -57,7 +57,7 @@ from controller.timing import (
     symmetric,
 )
 from netskel.arrays import factorize, pair_order
-from netskel.errors import InputError
+from netskel.errors import InputError, InsufficientData
 from netskel.model import pair_key
 from netskel.topology import Topology
 
@@ -259,8 +259,8 @@ def grouped_rates(ts: np.ndarray, tx: np.ndarray, rx: np.ndarray, counts: np.nda
     running byte counts in place: they must be the caller's to give."""
     if not np.all(counts > 0):
         none = [e for e, c in zip(wanted, counts.tolist(), strict=True) if not c]
-        raise InputError(f"no throughput samples for endpoint '{none[0]}'"
-                         + (f" and {len(none) - 1} more" if len(none) > 1 else ""))
+        raise InsufficientData(f"no throughput samples for endpoint '{none[0]}'"
+                               + (f" and {len(none) - 1} more" if len(none) > 1 else ""))
     within = time_order_within(ts, counts)
     if within is not None:
         ts, tx, rx = ts[within], tx[within], rx[within]
@@ -275,8 +275,10 @@ def grouped_rates(ts: np.ndarray, tx: np.ndarray, rx: np.ndarray, counts: np.nda
         bounds = np.r_[0, np.cumsum(keep)][bounds]
         ts, tx, rx = ts[keep], tx[keep], rx[keep]
     del dup
-    if np.any(np.diff(bounds) < 2):
-        raise InputError("an endpoint has fewer than two throughput samples")
+    few = np.flatnonzero(np.diff(bounds) < 2)
+    if len(few):
+        raise InsufficientData(f"endpoint '{wanted[int(few[0])]}' has fewer than two throughput "
+                               "samples" + (f" (and {len(few) - 1} more)" if len(few) > 1 else ""))
     first = np.zeros(len(ts), dtype=bool)
     first[bounds[:-1]] = True
     # The sampling interval: the median step within endpoints, from about a
@@ -290,7 +292,7 @@ def grouped_rates(ts: np.ndarray, tx: np.ndarray, rx: np.ndarray, counts: np.nda
     start = float(ts[bounds[:-1]].max())
     end = float(ts[bounds[1:] - 1].min())
     if end - start < 4 * dt:
-        raise InputError("endpoints' recordings do not overlap in time")
+        raise InsufficientData("endpoints' recordings do not overlap in time")
     most = int(np.diff(bounds).max())
     if (end - start) / dt > 4 * most + 64:
         # A grid far finer than the rows can fill: timestamps that are not a

@@ -166,8 +166,8 @@ def cmd_infer(a: argparse.Namespace) -> int:
     from controller.infer import infer_files
 
     retain_freed_memory()
-    doc = infer_files(a.topology, a.throughput, job=a.job,
-                      progress=_progress(a))
+    doc = infer_files(a.topology, a.throughput, job=a.job, progress=_progress(a),
+                      warn=lambda line: print(f"netskel: warning: {line}", file=sys.stderr))
     write_json_atomic(a.output, doc)
     print(f"{len(doc['jobs'])} job(s) -> {a.output}", file=sys.stderr)
     return 0

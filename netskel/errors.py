@@ -10,6 +10,12 @@ class InputError(NetskelError):
     """A file or message does not follow its contract."""
 
 
+class InsufficientData(InputError):
+    """A file follows its contract but holds too little of one thing to
+    answer from (an endpoint without samples, recordings that do not
+    overlap). Batch commands answer the rest and say what they could not."""
+
+
 class NotFoundError(NetskelError):
     """An id names nothing we know."""
 

@@ -204,14 +204,44 @@ def test_infer_unknown_endpoint_and_single_endpoint_job(tmp_path, capsys):
     assert main(["infer", "--topology", str(tmp_path / "t.json"), "--throughput",
                  str(tmp_path / "tp.parquet"), "-o", str(out)]) == 2
     assert "unknown endpoint 'ghost/rnic0'" in capsys.readouterr().err
-    topo_doc["containers"].append({"id": "solo", "job": "lonely", "host": "h00000",
-                                   "endpoints": [{"id": "solo/e0", "nic": "h00000/rnic0"}]})
+    assert not out.exists()
+
+
+def test_a_job_too_thin_to_infer_keeps_its_rail_list_and_the_others_are_inferred(
+        tmp_path, capsys):
+    """A topology is a snapshot: a container that joined late has no samples
+    yet, a job may have one endpoint. Such a job keeps the rail-aligned list
+    (noted, low confidence), as the live controller does; it does not stop
+    the file's other jobs from being inferred."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    topo_doc, table, truth = simulate([JobShape("job7", dp=4, tp=8, pp=2),
+                                       JobShape("job8", dp=2, tp=8, pp=1)],
+                                      Noise(duration_s=120), seed=3)
+    silent = sorted(e for p in truth["job8"].pairs for e in p)[0]
+    table = table.filter(pc.not_equal(table["endpoint"], pa.scalar(silent)))
+    host = topo_doc["hosts"][0]
+    topo_doc["containers"].append({"id": "solo", "job": "lonely", "host": host["id"],
+                                   "endpoints": [{"id": "solo/e0", "nic": host["nics"][0]["id"]}]})
     (tmp_path / "t.json").write_text(json.dumps(topo_doc))
     pq.write_table(table, tmp_path / "tp.parquet")
+    out = tmp_path / "sk.json"
     assert main(["infer", "--topology", str(tmp_path / "t.json"), "--throughput",
-                 str(tmp_path / "tp.parquet"), "--job", "lonely", "-o", str(out)]) == 2
-    assert "has 1 endpoint(s)" in capsys.readouterr().err
-    assert not out.exists()
+                 str(tmp_path / "tp.parquet"), "-o", str(out)]) == 0
+    jobs = {j["job"]: j for j in json.loads(out.read_text())["jobs"]}
+    pairs = {name: {tuple(sorted((s, d))) for s, ds in j["ping_list"].items() for d in ds}
+             for name, j in jobs.items()}
+    assert jobs["job7"]["confidence"] >= 0.5 and pairs["job7"] == truth["job7"].pairs
+    topo = parse_topology(topo_doc)
+    nic = {e: topo.nics[topo.endpoints[e].nic] for e in topo.endpoints}
+    rail = {(a, b) for a in nic for b in nic if a < b and a.startswith("job8")
+            and b.startswith("job8") and nic[a].rail == nic[b].rail and nic[a].host != nic[b].host}
+    assert jobs["job8"]["confidence"] < 0.5 and pairs["job8"] == rail
+    assert silent in jobs["job8"]["notes"][0] and "tp.parquet" in jobs["job8"]["notes"][0]
+    assert pairs["lonely"] == set() and jobs["lonely"]["confidence"] < 0.5
+    err = capsys.readouterr().err
+    assert "job 'job8'" in err and "job 'lonely'" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("interval", [0.02, 0.1, 1.0])
