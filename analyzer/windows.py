@@ -155,16 +155,16 @@ def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
     route_names: list[str] = []
     r_ptr = np.zeros(g + 1, dtype=np.int64)
     r_cols = [np.zeros(0, dtype=np.int64)] * 3 + [np.zeros(0)]
-    if rec.has_route:  # a window's traced route: its probes' (the last one seen)
+    if rec.has_route:
         route_names, code = rec.factorized("route")
         named = np.asarray(route_names + [""], dtype=object)
         traced = (code >= 0) & (named[code] != "")
-        route[group[traced]] = code[traced]
         # In the windows' (group, RTT) order, each route's probes are in RTT
         # order already: no second RTT sort.
         rows = np.flatnonzero(traced) if order is None else order[traced[order]]
         r_ptr, *r_cols = _route_stats(group[rows], code[rows], rec.rtt_us[rows], g,
                                       rtt_sorted=order is not None)
+        route = _main_route(r_ptr, r_cols[0], r_cols[1], g)
     # One endpoint dictionary for both ends.
     names = sorted(set(src_names) | set(dst_names))
     at = {x: i for i, x in enumerate(names)}
@@ -180,6 +180,24 @@ def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
                        route_names=list(route_names), route=route, r_ptr=r_ptr,
                        r_route=r_cols[0], r_sent=r_cols[1], r_lost=r_cols[2],
                        r_median=r_cols[3])
+
+
+def _main_route(ptr: np.ndarray, code: np.ndarray, sent: np.ndarray, g: int) -> np.ndarray:
+    """The route a window names (-1: none traced): the one most of its
+    probes took, the first by name on a tie. A function of the probes, not
+    of the file's row order (the last traced row seen was: a shuffled file
+    moved votes between links)."""
+    route = np.full(g, -1, dtype=np.int64)
+    has = np.flatnonzero(np.diff(ptr) > 0)
+    if not len(has):
+        return route
+    # Codes number the routes by name, so "more probes, then the smaller
+    # code" is one integer per entry; each window's entries are one run.
+    score = sent.astype(np.int64) * (int(code.max()) + 1) + (int(code.max()) - code)
+    best = np.maximum.reduceat(score, ptr[has])
+    entry = np.flatnonzero(score == np.repeat(best, np.diff(ptr)[has]))
+    route[has] = code[entry]
+    return route
 
 
 def _route_stats(group: np.ndarray, code: np.ndarray, rtt: np.ndarray, g: int,

@@ -310,3 +310,26 @@ def test_route_statistics_agree_with_the_raw_probes(recording, tmp_path):
             assert rs.rtt_median == pytest.approx(float(np.median(want[key])), rel=1e-12)
         else:
             assert math.isnan(rs.rtt_median)
+
+
+def test_row_order_of_a_probe_file_does_not_change_its_windows(recording, tmp_path):
+    """Probe files need not be sorted (other tools write them): the same
+    probes in another row order are the same windows, the route a window
+    names included (it was the last traced row seen, so a shuffled file
+    moved votes between links)."""
+    topo, _ = recording
+    doc = with_overlay(layout_doc(LAY))
+    table, _ = simulate_probes(doc, 120.0, [], ProbeNoise(rate_hz=3.0), seed=7, t0=T0)
+    shuffled = table.take(np.random.default_rng(3).permutation(table.num_rows))
+    got = []
+    for name, t in (("sorted", table), ("shuffled", shuffled)):
+        pq.write_table(t, tmp_path / f"{name}.parquet")
+        got.append(window_batch(read_probe_records(tmp_path / f"{name}.parquet", topo), 30.0))
+    a, b = got
+    assert a.route_names == b.route_names and (a.route >= 0).any()
+    for field in ("src", "dst", "start", "size", "sent", "lost", "route", "r_ptr", "r_route",
+                  "r_sent", "r_lost"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+    np.testing.assert_allclose(a.stats, b.stats, rtol=1e-12)
+    # More than one route in some window: which one a window names is a choice.
+    assert (np.diff(a.r_ptr) > 1).any()
