@@ -194,6 +194,9 @@ def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
     bad = np.isfinite(rtt) & (rtt < 0)
     if bad.any():
         raise InputError(f"{p}: column 'rtt_us' has {int(bad.sum())} negative values")
+    endless = np.isinf(rtt)
+    if endless.any():  # a lost probe's RTT is null (or NaN), never infinite
+        raise InputError(f"{p}: column 'rtt_us' has {int(endless.sum())} infinite value(s)")
     if np.any(size <= 0):
         raise InputError(f"{p}: column 'size' has non-positive values")
     if "route" in table.column_names:

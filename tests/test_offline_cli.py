@@ -85,6 +85,12 @@ def test_analyze_finds_the_lossy_pair_only(tmp_path, topo_file, topo_doc):
     (lambda p: p.write_bytes(b""), "empty file"),
     (lambda p: p.write_bytes(b"PAR1garbage"), "not a readable Parquet file"),
     (lambda p: pq.write_table(pa.table({"ts": [1.0]}), p), "missing column 'src'"),
+    # An infinite RTT is no measurement (lost is null): it made a window's
+    # mean and spread infinite and moved a localization's confidence.
+    (lambda p: pq.write_table(pa.table({
+        "ts": [1.0, 2.0], "src": ["job7-w000/rnic0"] * 2, "dst": ["job7-w001/rnic0"] * 2,
+        "size": pa.array([64, 64], pa.int32()), "rtt_us": [15.0, float("inf")],
+        "proto": ["udp"] * 2}), p), "column 'rtt_us' has 1 infinite value(s)"),
 ])
 def test_analyze_bad_probe_files(tmp_path, topo_file, capsys, make, message):
     bad = tmp_path / "bad.parquet"
