@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.engine import Analyzer
-from analyzer.records import read_probe_records
+from analyzer.records import read_probe_records, unplaceable_routes
 from analyzer.windows import window_batch_parallel
 from netskel.config import AnalyzerConfig
 from netskel.topology import load_topology
@@ -15,12 +15,20 @@ from netskel.topology import load_topology
 
 def analyze_files(topology: str | Path, probes: str | Path, window_s: float = 30.0,
                   cfg: AnalyzerConfig | None = None,
-                  progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[str, int, int], None] | None = None,
+                  warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Incidents of a whole recording (contract section 5); `warn` hears what
+    the file holds that the analysis cannot use."""
     say = progress or (lambda stage, done, total: None)
     say("reading topology", 0, 0)
     topo = load_topology(topology)
     say("reading probe records", 0, 0)
     records = read_probe_records(probes, topo)
+    bad, routes = unplaceable_routes(records, topo)
+    if bad and warn is not None:
+        warn(f"{probes}: column 'route': {len(bad)} of {routes} distinct routes name switches "
+             f"or links the topology does not have (first: '{bad[0]}'; a route is switch ids "
+             "joined by '>'); only the links it has are used")
     engine = Analyzer(topo, cfg or AnalyzerConfig())
     say(f"{len(records)} records -> {window_s:g} s windows", 0, 0)
     # Windows computed from checked records, as columns; no charts offline.

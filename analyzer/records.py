@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from netskel.arrays import factorize
 from netskel.errors import InputError
-from netskel.topology import Topology
+from netskel.topology import Topology, link_id
 
 REQUIRED = {"ts": "float", "src": "string", "dst": "string", "size": "integer",
             "rtt_us": "float", "proto": "string"}
@@ -202,3 +202,21 @@ def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
     if "route" in table.column_names:
         coded["route"] = _coded(table, "route")
     return ProbeRecords(ts=ts, size=size, rtt_us=rtt, coded=coded)
+
+
+def unplaceable_routes(records: ProbeRecords, topo: Topology) -> tuple[list[str], int]:
+    """(the distinct `route` values naming a switch or a hop-to-hop link the
+    topology lacks, how many distinct routes there are). The analysis uses
+    only the links a route names that the topology has; a file whose routes
+    it cannot place (another separator, other switch names) would quietly
+    read as untraced."""
+    if not records.has_route:
+        return [], 0
+    names = [r for r in records.factorized("route")[0] if r]
+    bad = []
+    for r in names:
+        hops = r.split(">")
+        if (any(h not in topo.switches for h in hops)
+                or any(link_id(a, b) not in topo.links for a, b in zip(hops, hops[1:], strict=False))):
+            bad.append(r)
+    return bad, len(names)

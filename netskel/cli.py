@@ -151,12 +151,17 @@ def _progress(a: argparse.Namespace) -> Progress | None:
     return Progress() if a.progress or sys.stderr.isatty() else None
 
 
+def _warn(line: str) -> None:
+    """What a batch command read but could not use: the answer stands."""
+    print(f"netskel: warning: {line}", file=sys.stderr)
+
+
 def cmd_analyze(a: argparse.Namespace) -> int:
     from analyzer.offline import analyze_files
 
     retain_freed_memory()
-    doc = analyze_files(a.topology, a.probes, window_s=a.window,
-                        progress=_progress(a))
+    doc = analyze_files(a.topology, a.probes, window_s=a.window, progress=_progress(a),
+                        warn=_warn)
     write_json_atomic(a.output, doc)
     print(f"{len(doc['incidents'])} incident(s) -> {a.output}", file=sys.stderr)
     return 0
@@ -166,8 +171,7 @@ def cmd_infer(a: argparse.Namespace) -> int:
     from controller.infer import infer_files
 
     retain_freed_memory()
-    doc = infer_files(a.topology, a.throughput, job=a.job, progress=_progress(a),
-                      warn=lambda line: print(f"netskel: warning: {line}", file=sys.stderr))
+    doc = infer_files(a.topology, a.throughput, job=a.job, progress=_progress(a), warn=_warn)
     write_json_atomic(a.output, doc)
     print(f"{len(doc['jobs'])} job(s) -> {a.output}", file=sys.stderr)
     return 0

@@ -102,6 +102,28 @@ def test_analyze_bad_probe_files(tmp_path, topo_file, capsys, make, message):
     assert not out.exists()
 
 
+def test_analyze_warns_of_routes_the_topology_cannot_place(tmp_path, topo_file, topo_doc, capsys):
+    """A route naming switches the topology lacks (another separator, another
+    naming) places no probe on a link: the analysis goes on, and says so
+    once instead of quietly treating the file as untraced."""
+    table, _ = probe_table(topo_doc, seconds=60, rate=2)
+    good = "tor-r0-0>spine-0>tor-r0-1"
+    routes = [good if k % 3 else None for k in range(table.num_rows)]
+    out = tmp_path / "inc.json"
+    for name, vals in (("good", routes),
+                       ("commas", [r.replace(">", ",") if r else r for r in routes])):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(table.append_column("route", pa.array(vals, pa.string())), path)
+        assert main(["analyze", "--topology", str(topo_file), "--probes", str(path),
+                     "-o", str(out)]) == 0
+        warned = [x for x in capsys.readouterr().err.splitlines() if "warning" in x]
+        if name == "good":
+            assert warned == []
+        else:
+            assert len(warned) == 1 and "column 'route'" in warned[0], warned
+            assert "'tor-r0-0,spine-0,tor-r0-1'" in warned[0] and str(path) in warned[0]
+
+
 def test_analyze_truncated_parquet_and_unknown_endpoint(tmp_path, topo_file, topo_doc, capsys):
     table, _ = probe_table(topo_doc, seconds=10)
     good = tmp_path / "good.parquet"
