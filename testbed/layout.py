@@ -51,7 +51,12 @@ class Layout:
         return f"10.{r}.{self.tor_index(h)}.{2 + h % self.hosts_per_tor}"
 
     def overlay_ip(self, h: int, r: int) -> str:
-        return f"192.168.{10 + r}.{h + 1}"
+        """192.168.(10 + rail).(host + 1) as the testbed has always used;
+        hosts past 253 (benches of thousands) move to 100.(64 + rail).0.0/16,
+        since 192.168.10.256 is no address."""
+        if h < 254:
+            return f"192.168.{10 + r}.{h + 1}"
+        return f"100.{64 + r}.{h // 250}.{h % 250 + 1}"
 
 
 def layout_doc(lay: Layout, overlay_ip: Callable[[int, int], str] | None = None,

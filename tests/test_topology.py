@@ -99,3 +99,18 @@ def test_a_repeated_rule_is_still_checked_by_type(field, bad, message):
     with pytest.raises(InputError, match=message) as e:
         parse_topology(doc, "t.json")
     assert f"offloaded.{nic}[" in str(e.value)
+
+
+def test_large_layouts_have_valid_distinct_overlay_addresses():
+    """Benches lay out thousands of hosts (bench/localize.py: 4,096): every
+    overlay address must be one, and distinct, or the topology is refused
+    (192.168.10.256 once stopped that bench)."""
+    import ipaddress
+
+    from testbed.layout import Layout
+
+    lay = Layout(hosts=4096, rails=8, hosts_per_tor=32, spines=8)
+    ips = [lay.overlay_ip(h, r) for h in range(lay.hosts) for r in range(8)]
+    assert len(set(ips)) == len(ips)
+    assert all(ipaddress.ip_address(x) for x in ips)
+    assert lay.overlay_ip(3, 1) == "192.168.11.4"  # the testbed's addresses unchanged
