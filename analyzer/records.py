@@ -12,7 +12,7 @@ from netskel.arrays import factorize
 from netskel.errors import InputError
 from netskel.topology import Topology, link_id
 
-REQUIRED = {"ts": "float", "src": "string", "dst": "string", "size": "integer",
+REQUIRED = {"ts": "time", "src": "string", "dst": "string", "size": "integer",
             "rtt_us": "float", "proto": "string"}
 
 
@@ -90,7 +90,13 @@ class ProbeRecords:
         return factorize(values)
 
 
+# What a column of each kind must be, as the error says it.
+_EXPECTED = {"time": "float64 seconds since the epoch (float32 holds them only to 128 s)"}
+
+
 def _kind_ok(t: pa.DataType, kind: str) -> bool:
+    if kind == "time":
+        return bool(pa.types.is_float64(t) or pa.types.is_integer(t))
     if kind == "float":
         return bool(pa.types.is_floating(t) or pa.types.is_integer(t))
     if kind == "integer":
@@ -116,7 +122,7 @@ def checked_schema(path: str | Path, required: dict[str, str]) -> pa.Schema:
             raise InputError(f"{p}: missing column '{col}'")
         if not _kind_ok(schema.field(col).type, kind):
             raise InputError(f"{p}: column '{col}' has type {schema.field(col).type}, "
-                             f"expected {kind}")
+                             f"expected {_EXPECTED.get(kind, kind)}")
     return schema
 
 

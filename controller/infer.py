@@ -29,7 +29,7 @@ from controller.skeleton import (
 from netskel.errors import InputError, InsufficientData
 from netskel.topology import Topology, load_topology
 
-THROUGHPUT_COLUMNS = {"ts": "float", "endpoint": "string", "tx_bytes": "integer",
+THROUGHPUT_COLUMNS = {"ts": "time", "endpoint": "string", "tx_bytes": "integer",
                       "rx_bytes": "integer"}
 
 

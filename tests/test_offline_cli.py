@@ -85,6 +85,12 @@ def test_analyze_finds_the_lossy_pair_only(tmp_path, topo_file, topo_doc):
     (lambda p: p.write_bytes(b""), "empty file"),
     (lambda p: p.write_bytes(b"PAR1garbage"), "not a readable Parquet file"),
     (lambda p: pq.write_table(pa.table({"ts": [1.0]}), p), "missing column 'src'"),
+    # Epoch seconds in float32 are 128 s apart: every window would merge.
+    (lambda p: pq.write_table(pa.table({
+        "ts": pa.array([1.7e9, 1.7e9 + 1], pa.float32()), "src": ["job7-w000/rnic0"] * 2,
+        "dst": ["job7-w001/rnic0"] * 2, "size": pa.array([64, 64], pa.int32()),
+        "rtt_us": [15.0, 16.0], "proto": ["udp"] * 2}), p),
+     "column 'ts' has type float, expected float64 seconds"),
     # An infinite RTT is no measurement (lost is null): it made a window's
     # mean and spread infinite and moved a localization's confidence.
     (lambda p: pq.write_table(pa.table({

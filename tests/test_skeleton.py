@@ -179,6 +179,9 @@ def test_infer_cli_writes_contract_skeleton(tmp_path):
 @pytest.mark.parametrize("break_it, message", [
     (lambda t: t.drop(["tx_bytes"]), "missing column 'tx_bytes'"),
     (lambda t: t.slice(0, 0), "no rows"),
+    # float32 epoch seconds are 128 s apart: it read "recordings do not overlap".
+    (lambda t: t.set_column(t.schema.get_field_index("ts"), "ts", t["ts"].cast(pa.float32())),
+     "column 'ts' has type float, expected float64 seconds"),
 ])
 def test_infer_bad_input(tmp_path, capsys, break_it, message):
     topo_doc, table, _ = simulate([JobShape("job7", dp=2, tp=8, pp=1)],
