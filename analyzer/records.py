@@ -41,8 +41,9 @@ class ProbeRecords:
     def __len__(self) -> int:
         return len(self.ts)
 
-    def subset(self, mask: np.ndarray) -> ProbeRecords:
-        """The rows where mask is true (dictionaries shared, not copied)."""
+    def subset(self, mask: np.ndarray | slice) -> ProbeRecords:
+        """The rows where mask is true, or a slice of them (views, not
+        copies); dictionaries shared, not copied."""
         return ProbeRecords(
             ts=self.ts[mask], size=self.size[mask], rtt_us=self.rtt_us[mask],
             coded={c: (names, codes[mask]) for c, (names, codes) in self.coded.items()},

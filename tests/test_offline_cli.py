@@ -227,14 +227,18 @@ def test_agent_with_a_rate_of_zero_is_one_line(capsys):
     assert err == ["netskel: error: agent.probe_rate_hz: must be positive, got 0.0"]
 
 
-def test_windows_in_parallel_time_slices_equal_one_pass():
+@pytest.mark.parametrize("in_time_order", [False, True])
+def test_windows_in_parallel_time_slices_equal_one_pass(in_time_order):
     """Slices cut at window boundaries and computed on two threads give the
-    very windows one pass gives, in the same order."""
+    very windows one pass gives, in the same order (rows in time order are
+    sliced as views, others copied by mask)."""
     from analyzer.windows import compute_windows_parallel
 
     rng = np.random.default_rng(4)
     n = 300_000
-    rec = ProbeRecords(ts=rng.uniform(0, 600, n), src=rng.choice(np.array(["a", "b", "c"], dtype=object), n),
+    ts = rng.uniform(0, 600, n)
+    rec = ProbeRecords(ts=np.sort(ts) if in_time_order else ts,
+                       src=rng.choice(np.array(["a", "b", "c"], dtype=object), n),
                        dst=np.array(["d"] * n, dtype=object), size=rng.choice([64, 512], n),
                        rtt_us=np.where(rng.random(n) < 0.05, np.nan, rng.lognormal(3, 0.5, n)),
                        proto=np.array(["udp"] * n, dtype=object), route=None)
