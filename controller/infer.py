@@ -15,17 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analyzer.records import checked_schema, dictionary_columns
-from controller.skeleton import (
-    Rates,
-    Skeleton,
-    group_rows,
-    group_spans,
-    grouped_rates,
-    infer,
-    ping_list,
-    places,
-    rail_aligned,
-)
+from controller.rates import Rates, group_rows, group_spans, grouped_rates, places
+from controller.skeleton import Skeleton, infer, ping_list, rail_aligned
 from netskel.errors import InputError, InsufficientData
 from netskel.topology import Topology, load_topology
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from controller import metrics
 from controller.pinglist import JobSkeleton
-from controller.skeleton import infer, to_rates
+from controller.rates import to_rates
+from controller.skeleton import infer
 from controller.state import ControllerState
 from netskel.errors import InputError
 

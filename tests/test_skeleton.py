@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from controller.infer import Throughput, job_rates
-from controller.skeleton import WIDENED_CONFIDENCE, infer, mend_split_containers, to_rates
+from controller.rates import to_rates
+from controller.skeleton import WIDENED_CONFIDENCE, infer, mend_split_containers
 from controller.timing import find_iterations, median_above, reduction_bursts
 from netskel.cli import main
 from netskel.model import pair_key
@@ -547,7 +548,7 @@ def test_rows_grouped_then_time_ordered_match_a_lexsort_of_shuffled_rows(equal, 
     repeated timestamps, whose rows must keep their file order), grouped a
     block of rows at a time (one block, many, a row each): every column
     comes out by endpoint, then time, exactly as np.lexsort orders it."""
-    from controller.skeleton import group_rows, time_order_within
+    from controller.rates import group_rows, time_order_within
 
     rng = np.random.default_rng(7)
     counts = np.full(50, 40) if equal else rng.integers(2, 80, 50)
@@ -571,7 +572,7 @@ def test_rows_in_time_order_within_endpoints_need_no_second_sort():
     """A recording appended as samples arrive (time-major, every endpoint
     once per sampling, in a different order each time): grouping alone
     leaves each endpoint's rows in time order, file order kept."""
-    from controller.skeleton import group_rows, time_order_within
+    from controller.rates import group_rows, time_order_within
 
     rng = np.random.default_rng(8)
     code = np.concatenate([rng.permutation(30) for _ in range(25)]).astype(np.uint16)
@@ -587,7 +588,7 @@ def test_rows_of_other_endpoints_are_left_out_as_rows_are_grouped(block):
     """Another job's endpoints share the file: renumbered to n by `recode`,
     their rows are left out; the job's rows come out grouped by their new
     code in file order, as filtering first and then sorting gives them."""
-    from controller.skeleton import group_rows
+    from controller.rates import group_rows
 
     rng = np.random.default_rng(9)
     code = rng.integers(0, 40, 3000).astype(np.int32)
@@ -1246,7 +1247,7 @@ def test_counter_increments_in_blocks_equal_one_pass(monkeypatch):
     """Counters are differenced in place, block by block from the end; a
     block edge must not lose or double an increment, a reset included
     (blocks of 7 rows against one block)."""
-    import controller.skeleton as sk
+    import controller.rates as sk
 
     _, table, _ = simulate([JobShape("j", dp=2, tp=8, pp=2)],
                            Noise(duration_s=15, resets=6), seed=3)
@@ -1272,10 +1273,10 @@ def test_throughput_read_in_batches_keeps_every_row_and_id(tmp_path, monkeypatch
     endpoint, grouped job by job in topology order, each endpoint's rows in
     file order, times and counters as written; rows of endpoints in no job
     left out."""
-    from controller import skeleton
+    from controller import rates
     from controller.infer import read_throughput
 
-    monkeypatch.setattr(skeleton, "GROUP_BLOCK", group_block)
+    monkeypatch.setattr(rates, "GROUP_BLOCK", group_block)
     topo_doc, table, _ = simulate([JobShape("j", dp=2, tp=8, pp=2), JobShape("k", dp=2, tp=8, pp=1)],
                                   Noise(duration_s=10), seed=2)
     idle_container = next(c for c in topo_doc["containers"] if c["job"] == "k")
