@@ -96,6 +96,28 @@ class _Seen:
     anomalous: set[int]
 
 
+def _fastest_other(ptr: np.ndarray, median: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """Per route entry (CSR by row, `row` each entry's), the lowest median
+    RTT among the other entries of its row; inf where it has none."""
+    med = np.where(np.isfinite(median), median, np.inf)
+    runs = np.flatnonzero(np.diff(ptr) > 0)
+    best = np.full(len(ptr) - 1, np.inf)
+    if not len(runs):
+        return np.asarray(best[row])
+    best[runs] = np.minimum.reduceat(med, ptr[runs])
+    # Each row's first entry at its best: the others' reference is the best,
+    # its own the best of the rest.
+    at_best = np.flatnonzero(med == best[row])
+    first = at_best[np.r_[True, row[at_best][1:] != row[at_best][:-1]]]
+    rest = med.copy()
+    rest[first] = np.inf
+    second = np.full(len(ptr) - 1, np.inf)
+    second[runs] = np.minimum.reduceat(rest, ptr[runs])
+    out = np.asarray(best[row])
+    out[first] = second[row[first]]
+    return out
+
+
 class Analyzer:
     def __init__(self, topo: Topology, cfg: AnalyzerConfig, grace_s: float = 3.0) -> None:
         self.topo = topo
@@ -601,9 +623,15 @@ class Analyzer:
         keep = np.flatnonzero(known[b.src[wi]] & known[b.dst[wi]])
         if not len(keep):
             return
+        # A route is slow against the row's median or the fastest of the
+        # row's other routes this window, whichever is lower: a fault on the
+        # path most of a pair's flows take moves the median with it (several
+        # flows through one uplink of a three-tier fabric), and the slow
+        # route then looked usual. A row's only route keeps the median.
+        other = _fastest_other(b.r_ptr, b.r_median, wi)[keep]
         wi = wi[keep]
         sent, lost, med = b.r_sent[keep], b.r_lost[keep], b.r_median[keep]
-        level = b.stats[wi, 1]  # the row's median
+        level = np.fmin(b.stats[wi, 1], other)  # fmin: a NaN median leaves the other route
         need = np.maximum(self.cfg.latency_min_shift_us, self.cfg.latency_rel_shift * level)
         with np.errstate(invalid="ignore"):
             ok = (sent > lost) & np.isfinite(med) & np.isfinite(level)

@@ -83,9 +83,11 @@ def _reference_by_route(engine: Analyzer, windows: list[WindowStats]
         if not w.routes:
             continue
         per = out[pair_key(w.src, w.dst)]
-        level = w.rtt_median
-        need = max(cfg.latency_min_shift_us, cfg.latency_rel_shift * level)
-        for r in w.routes:
+        for j, r in enumerate(w.routes):
+            # The row's median or its fastest other route's, whichever is lower.
+            level = min([w.rtt_median, *(o.rtt_median for i, o in enumerate(w.routes)
+                                         if i != j and math.isfinite(o.rtt_median))])
+            need = max(cfg.latency_min_shift_us, cfg.latency_rel_shift * level)
             v = per.setdefault((w.src, r.route), [0.0] * 7)
             v[0] += r.sent
             v[1] += r.lost

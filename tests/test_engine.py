@@ -4,6 +4,7 @@ and verdicts out."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -313,6 +314,38 @@ def test_losses_accuse_the_routes_they_took_not_the_last_traced_one(engine):
     twins = changed[0].evidence.get("indistinguishable_from")
     assert twins and all(LAY.spine(0) in t for t in twins), changed[0].evidence
     assert changed[0].confidence <= 0.5
+
+
+def test_a_route_is_slow_against_the_pairs_fastest_route_not_its_median(engine):
+    """A latency fault on the path most of a pair's flows take moves the
+    pair's median with it (in a three-tier fabric, several of a pair's
+    flows share one ToR uplink): judged against that median the slow route
+    looked normal and the blame went to the one healthy route's links
+    (probesim, 3 tiers: the sibling uplink named, 21 votes to 19.5).
+    Judged against the pair's fastest route that window, the slow one is."""
+    for k in range(6):
+        feed(engine, k, sizes=(64, 1024))
+    cross = [(a, b) for a in range(4) for b in range(a + 1, 4)
+             if LAY.tor_index(a) != LAY.tor_index(b)]
+
+    def route(a, b, spine):
+        return f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
+    named: set[str] = set()
+    for k in range(6, 10):
+        start = T0 + k * W
+        ws = []
+        for (a, b), size in itertools.product(cross, (64, 1024)):
+            ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
+            # 45 of 60 probes through spine 0, each +100 us: the median too.
+            ws.append(WindowStats(ea, eb, start, start + W, size, 60, 0, 10, 13, 112, 113, 88, 45,
+                                  120, route=route(a, b, 1),
+                                  routes=(RouteStats(route(a, b, 0), 45, 0, 113.0),
+                                          RouteStats(route(a, b, 1), 15, 0, 13.0))))
+        ws += [win(a, b, k, size=size) for r in range(2) for a, b in rail_pairs(r)
+               for size in (64, 1024) if not (r == 0 and (a, b) in cross)]
+        assert engine.add_windows(ws) == []
+        named |= {i.component.id for i in engine.tick(start + W + 5)}
+    assert named and all(LAY.spine(0) in c for c in named), named
 
 
 def test_a_later_certain_verdict_refines_the_open_incident_in_place(engine):
