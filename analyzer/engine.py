@@ -501,7 +501,10 @@ class Analyzer:
         share = {(rt.src[lo + i], rt.route[lo + i]): float(w[i]) / total
                  for i in np.flatnonzero(w > 0).tolist()} if total else {}
         if not share:
-            return self._candidates(pair)
+            # Its traced flows carry none of the trouble: it came from flows
+            # not traced, on any of the pair's paths. The traced route is no
+            # path the trouble surely took (it was, when a pair had one flow).
+            return self._spread(pair)
         got: dict[str, float] = defaultdict(float)
         for (src, route), part in share.items():
             links, complete = self._route_links(pair, src, route)

@@ -348,6 +348,39 @@ def test_a_route_is_slow_against_the_pairs_fastest_route_not_its_median(engine):
     assert named and all(LAY.spine(0) in c for c in named), named
 
 
+def test_a_healthy_traced_route_is_no_path_the_loss_surely_took(engine):
+    """Each cross pair loses a quarter of its probes on flows that were not
+    traced, through spine 0; the one flow traced went through spine 1 and
+    lost nothing. The traced route is then no path the loss surely took
+    (it was, when a pair had one flow): its links get no vote of their own,
+    and spine 1 is never named as if known."""
+    for k in range(4):
+        feed(engine, k)
+    cross = [(a, b) for a in range(4) for b in range(a + 1, 4)
+             if LAY.tor_index(a) != LAY.tor_index(b)]
+
+    def route(a, b, spine):
+        return f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
+    changed = []
+    for k in range(4, 7):
+        start = T0 + k * W
+        ws = []
+        for a, b in cross:
+            ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
+            ws.append(WindowStats(ea, eb, start, start + W, 64, 60, 15, 10, 12, 13, 14, 13, 1, 20,
+                                  route=route(a, b, 1),
+                                  routes=(RouteStats(route(a, b, 1), 15, 0, 13.0),)))
+        ws += [win(a, b, k) for r in range(2) for a, b in rail_pairs(r)
+               if not (r == 0 and (a, b) in cross)]
+        assert engine.add_windows(ws) == []
+        changed += engine.tick(start + W + 5)
+    assert changed
+    for inc in changed:
+        named = [inc.component.id, *inc.evidence.get("indistinguishable_from", ())]
+        assert not (LAY.spine(1) in inc.component.id and inc.confidence > 0.5), inc
+        assert any(LAY.spine(0) in c for c in named) or inc.component.type != "link", inc
+
+
 def test_a_later_certain_verdict_refines_the_open_incident_in_place(engine):
     """Probes to a crashed agent are lost before anyone knows it crashed: a
     link is blamed first. When its agent is known dead, the same incident
