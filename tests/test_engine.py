@@ -48,6 +48,14 @@ def of_endpoint(h, r=0):
     return {p for p in rail_pairs(r) if LAY.endpoint(h, r) in p}
 
 
+# Rail 0's pairs across its two ToRs, and their route through one spine.
+CROSS = [(a, b) for a in range(4) for b in range(a + 1, 4) if LAY.tor_index(a) != LAY.tor_index(b)]
+
+
+def spine_route(a, b, spine):
+    return f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
+
+
 def feed(engine, k, bad=(), lost=150, sizes=(64,)):
     ws = [win(a, b, k, lost=lost if (a, b) in bad else 0, size=s)
           for r in range(2) for a, b in rail_pairs(r) for s in sizes]
@@ -289,19 +297,15 @@ def test_losses_accuse_the_routes_they_took_not_the_last_traced_one(engine):
     spine-1 path: the blame must follow the lost probes' routes."""
     for k in range(4):
         feed(engine, k)
-    cross = [(a, b) for a in range(4) for b in range(a + 1, 4)
-             if LAY.tor_index(a) != LAY.tor_index(b)]
-
-    def route(a, b, spine):
-        return f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
+    cross = CROSS
     start = T0 + 4 * W
     ws = []
     for a, b in cross:
         ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
         ws.append(WindowStats(ea, eb, start, start + W, 64, 60, 15, 10, 12, 13, 14, 13, 1, 20,
-                              route=route(a, b, 1),
-                              routes=(RouteStats(route(a, b, 0), 30, 15, 13.0),
-                                      RouteStats(route(a, b, 1), 30, 0, 13.0))))
+                              route=spine_route(a, b, 1),
+                              routes=(RouteStats(spine_route(a, b, 0), 30, 15, 13.0),
+                                      RouteStats(spine_route(a, b, 1), 30, 0, 13.0))))
     ws += [win(a, b, 4) for r in range(2) for a, b in rail_pairs(r)
            if not (r == 0 and (a, b) in cross)]
     assert engine.add_windows(ws) == []
@@ -325,11 +329,7 @@ def test_a_route_is_slow_against_the_pairs_fastest_route_not_its_median(engine):
     Judged against the pair's fastest route that window, the slow one is."""
     for k in range(6):
         feed(engine, k, sizes=(64, 1024))
-    cross = [(a, b) for a in range(4) for b in range(a + 1, 4)
-             if LAY.tor_index(a) != LAY.tor_index(b)]
-
-    def route(a, b, spine):
-        return f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
+    cross = CROSS
     named: set[str] = set()
     for k in range(6, 10):
         start = T0 + k * W
@@ -338,9 +338,9 @@ def test_a_route_is_slow_against_the_pairs_fastest_route_not_its_median(engine):
             ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
             # 45 of 60 probes through spine 0, each +100 us: the median too.
             ws.append(WindowStats(ea, eb, start, start + W, size, 60, 0, 10, 13, 112, 113, 88, 45,
-                                  120, route=route(a, b, 1),
-                                  routes=(RouteStats(route(a, b, 0), 45, 0, 113.0),
-                                          RouteStats(route(a, b, 1), 15, 0, 13.0))))
+                                  120, route=spine_route(a, b, 1),
+                                  routes=(RouteStats(spine_route(a, b, 0), 45, 0, 113.0),
+                                          RouteStats(spine_route(a, b, 1), 15, 0, 13.0))))
         ws += [win(a, b, k, size=size) for r in range(2) for a, b in rail_pairs(r)
                for size in (64, 1024) if not (r == 0 and (a, b) in cross)]
         assert engine.add_windows(ws) == []
@@ -356,11 +356,7 @@ def test_a_healthy_traced_route_is_no_path_the_loss_surely_took(engine):
     and spine 1 is never named as if known."""
     for k in range(4):
         feed(engine, k)
-    cross = [(a, b) for a in range(4) for b in range(a + 1, 4)
-             if LAY.tor_index(a) != LAY.tor_index(b)]
-
-    def route(a, b, spine):
-        return f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
+    cross = CROSS
     changed = []
     for k in range(4, 7):
         start = T0 + k * W
@@ -368,8 +364,8 @@ def test_a_healthy_traced_route_is_no_path_the_loss_surely_took(engine):
         for a, b in cross:
             ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
             ws.append(WindowStats(ea, eb, start, start + W, 64, 60, 15, 10, 12, 13, 14, 13, 1, 20,
-                                  route=route(a, b, 1),
-                                  routes=(RouteStats(route(a, b, 1), 15, 0, 13.0),)))
+                                  route=spine_route(a, b, 1),
+                                  routes=(RouteStats(spine_route(a, b, 1), 15, 0, 13.0),)))
         ws += [win(a, b, k) for r in range(2) for a, b in rail_pairs(r)
                if not (r == 0 and (a, b) in cross)]
         assert engine.add_windows(ws) == []
