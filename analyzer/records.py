@@ -92,12 +92,26 @@ class ProbeRecords:
 
 
 # What a column of each kind must be, as the error says it.
-_EXPECTED = {"time": "float64 seconds since the epoch (float32 holds them only to 128 s)"}
+_EXPECTED = {"time": "float64 seconds since the epoch or a timestamp (float32 holds "
+                     "epoch seconds only to 128 s)"}
+
+
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def seconds(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A time column as float64 seconds since the epoch: float64 or integer
+    seconds as written, a timestamp type (what pandas writes) by its unit
+    (a timestamp counts from the epoch in UTC, whatever zone it names)."""
+    if pa.types.is_timestamp(column.type):
+        ticks = column.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        return np.asarray(ticks, dtype=np.float64) / _PER_SECOND[column.type.unit]
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def _kind_ok(t: pa.DataType, kind: str) -> bool:
     if kind == "time":
-        return bool(pa.types.is_float64(t) or pa.types.is_integer(t))
+        return bool(pa.types.is_float64(t) or pa.types.is_integer(t) or pa.types.is_timestamp(t))
     if kind == "float":
         return bool(pa.types.is_floating(t) or pa.types.is_integer(t))
     if kind == "integer":
@@ -170,7 +184,7 @@ def _coded(table: pa.Table, col: str) -> tuple[list[str], np.ndarray]:
 def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
     table = read_table(path, REQUIRED, dictionary=("src", "dst", "proto", "route"))
     p = Path(path)
-    ts = table.column("ts").to_numpy(zero_copy_only=False).astype(np.float64)
+    ts = seconds(table.column("ts"))
     rtt = np.asarray(table.column("rtt_us").cast(pa.float64()).to_numpy(zero_copy_only=False),
                      dtype=np.float64)
     size_col = table.column("size")

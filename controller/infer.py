@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyzer.records import checked_schema, dictionary_columns
+from analyzer.records import checked_schema, dictionary_columns, seconds
 from controller.rates import Rates, group_rows, group_spans, grouped_rates, places
 from controller.skeleton import Skeleton, infer, ping_list, rail_aligned
 from netskel.errors import InputError, InsufficientData
@@ -90,7 +90,8 @@ def read_throughput(path: str | Path, topo: Topology) -> Throughput:
             if arr.null_count:
                 raise InputError(f"{p}: column '{c}' has "
                                  + ("null or non-finite values" if c == "ts" else "nulls"))
-            parts = [chunk.to_numpy(zero_copy_only=False) for chunk in arr.chunks]
+            parts = [seconds(chunk) if c == "ts" else chunk.to_numpy(zero_copy_only=False)
+                     for chunk in arr.chunks]
             out.append(parts[0] if len(parts) == 1 else
                        np.concatenate(parts) if parts else np.empty(0))
         if not np.all(np.isfinite(out[0])):

@@ -197,6 +197,27 @@ def test_infer_bad_input(tmp_path, capsys, break_it, message):
     assert not out.exists()
 
 
+def test_infer_reads_a_timestamp_column_as_the_seconds_it_holds(tmp_path):
+    """A table written from pandas carries its times as a timestamp type:
+    the same instants as float64 seconds, the same skeleton."""
+    import pyarrow.compute as pc
+
+    topo_doc, table, _ = simulate([JobShape("job7", dp=2, tp=8, pp=2)],
+                                  Noise(duration_s=60), seed=2)
+    (tmp_path / "t.json").write_text(json.dumps(topo_doc))
+    at = table.schema.get_field_index("ts")
+    micros = pc.round(pc.multiply(table["ts"], 1e6)).cast(pa.int64())
+    docs = []
+    for name, t in (("float", table.set_column(at, "ts", pc.divide(micros.cast(pa.float64()), 1e6))),
+                    ("stamp", table.set_column(at, "ts", micros.cast(pa.timestamp("us", tz="UTC"))))):
+        pq.write_table(t, tmp_path / f"{name}.parquet")
+        out = tmp_path / f"{name}.json"
+        assert main(["infer", "--topology", str(tmp_path / "t.json"), "--throughput",
+                     str(tmp_path / f"{name}.parquet"), "-o", str(out)]) == 0
+        docs.append(json.loads(out.read_text()))
+    assert docs[0] == docs[1] and docs[0]["jobs"][0]["parallelism"]["pp"] == 2
+
+
 def test_infer_unknown_endpoint_and_single_endpoint_job(tmp_path, capsys):
     import pyarrow as pa
 
