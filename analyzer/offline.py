@@ -24,7 +24,7 @@ def analyze_files(topology: str | Path, probes: str | Path, window_s: float = 30
     topo = load_topology(topology)
     say("reading probe records", 0, 0)
     records = read_probe_records(probes, topo)
-    bad, routes = unplaceable_routes(records, topo)
+    bad, routes = unplaceable_routes(records, topo) if warn is not None else ([], 0)
     if bad and warn is not None:
         warn(f"{probes}: column 'route': {len(bad)} of {routes} distinct routes name switches "
              f"or links the topology does not have (first: '{bad[0]}'; a route is switch ids "

@@ -187,7 +187,7 @@ def grouped_rates(ts: np.ndarray, tx: np.ndarray, rx: np.ndarray, counts: np.nda
     few = np.flatnonzero(np.diff(bounds) < 2)
     if len(few):
         raise InsufficientData(f"endpoint '{wanted[int(few[0])]}' has fewer than two throughput "
-                               "samples" + (f" (and {len(few) - 1} more)" if len(few) > 1 else ""))
+                               "samples" + (f" and {len(few) - 1} more" if len(few) > 1 else ""))
     first = np.zeros(len(ts), dtype=bool)
     first[bounds[:-1]] = True
     # The sampling interval: the median step within endpoints, from about a

@@ -216,8 +216,7 @@ def test_active_check_overrules_state_and_localizes_what_it_measured(engine):
     for k in range(6):
         feed(engine, k, sizes=(64, 1024))
     now = T0 + 7 * W
-    cross = [(a, b) for a in range(4) for b in range(a + 1, 4) if LAY.tor_index(a) != LAY.tor_index(b)]
-    via0, via1 = cross[:2], cross[2:]
+    via0, via1 = CROSS[:2], CROSS[2:]
 
     def check(a, b, spine, size, lost):
         route = f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
@@ -238,7 +237,7 @@ def test_active_check_overrules_state_and_localizes_what_it_measured(engine):
     asked = [*rail_pairs(0)]
     d = engine.diagnose([], asked, 0, 0, now=now)
     assert d.verdict == OK
-    ep_cross = {(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in cross}
+    ep_cross = {(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in CROSS}
     unchecked = {p: "the prober is not connected" for p in rail_pairs(0) if p not in ep_cross}
     m = engine.with_check(d, out, unchecked)
     by_pair = {v.pair: v for v in m.pairs}
@@ -260,15 +259,14 @@ def test_route_traced_from_the_far_end_accuses_only_links_it_crossed(engine):
     for k in range(6):
         feed(engine, k, sizes=(64, 1024))
     now = T0 + 7 * W
-    cross = [(a, b) for a in range(4) for b in range(a + 1, 4) if LAY.tor_index(a) != LAY.tor_index(b)]
     topo = parse_topology(layout_doc(LAY))
 
     def check(a, b, spine, size, lost):  # traced and probed from b, the higher id
         route = f"{LAY.tor(0, LAY.tor_index(b))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(a))}"
         return WindowStats(LAY.endpoint(b, 0), LAY.endpoint(a, 0), now - 4, now - 1, size, 60,
                            lost, 10, 12, 13, 14, 13, 1, 20, route=route)
-    windows = ([check(a, b, 0, s, 20 if s == 1024 else 0) for a, b in cross[:2] for s in (64, 1024)]
-               + [check(a, b, 1, s, 0) for a, b in cross[2:] for s in (64, 1024)])
+    windows = ([check(a, b, 0, s, 20 if s == 1024 else 0) for a, b in CROSS[:2] for s in (64, 1024)]
+               + [check(a, b, 1, s, 0) for a, b in CROSS[2:] for s in (64, 1024)])
     out = engine.judge_check(windows, now)
     assert out.findings
     for f in out.findings:
@@ -297,17 +295,16 @@ def test_losses_accuse_the_routes_they_took_not_the_last_traced_one(engine):
     spine-1 path: the blame must follow the lost probes' routes."""
     for k in range(4):
         feed(engine, k)
-    cross = CROSS
     start = T0 + 4 * W
     ws = []
-    for a, b in cross:
+    for a, b in CROSS:
         ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
         ws.append(WindowStats(ea, eb, start, start + W, 64, 60, 15, 10, 12, 13, 14, 13, 1, 20,
                               route=spine_route(a, b, 1),
                               routes=(RouteStats(spine_route(a, b, 0), 30, 15, 13.0),
                                       RouteStats(spine_route(a, b, 1), 30, 0, 13.0))))
     ws += [win(a, b, 4) for r in range(2) for a, b in rail_pairs(r)
-           if not (r == 0 and (a, b) in cross)]
+           if not (r == 0 and (a, b) in CROSS)]
     assert engine.add_windows(ws) == []
     changed = engine.tick(start + W + 5)
     assert changed
@@ -329,12 +326,11 @@ def test_a_route_is_slow_against_the_pairs_fastest_route_not_its_median(engine):
     Judged against the pair's fastest route that window, the slow one is."""
     for k in range(6):
         feed(engine, k, sizes=(64, 1024))
-    cross = CROSS
     named: set[str] = set()
     for k in range(6, 10):
         start = T0 + k * W
         ws = []
-        for (a, b), size in itertools.product(cross, (64, 1024)):
+        for (a, b), size in itertools.product(CROSS, (64, 1024)):
             ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
             # 45 of 60 probes through spine 0, each +100 us: the median too.
             ws.append(WindowStats(ea, eb, start, start + W, size, 60, 0, 10, 13, 112, 113, 88, 45,
@@ -342,7 +338,7 @@ def test_a_route_is_slow_against_the_pairs_fastest_route_not_its_median(engine):
                                   routes=(RouteStats(spine_route(a, b, 0), 45, 0, 113.0),
                                           RouteStats(spine_route(a, b, 1), 15, 0, 13.0))))
         ws += [win(a, b, k, size=size) for r in range(2) for a, b in rail_pairs(r)
-               for size in (64, 1024) if not (r == 0 and (a, b) in cross)]
+               for size in (64, 1024) if not (r == 0 and (a, b) in CROSS)]
         assert engine.add_windows(ws) == []
         named |= {i.component.id for i in engine.tick(start + W + 5)}
     assert named and all(LAY.spine(0) in c for c in named), named
@@ -356,18 +352,17 @@ def test_a_healthy_traced_route_is_no_path_the_loss_surely_took(engine):
     and spine 1 is never named as if known."""
     for k in range(4):
         feed(engine, k)
-    cross = CROSS
     changed = []
     for k in range(4, 7):
         start = T0 + k * W
         ws = []
-        for a, b in cross:
+        for a, b in CROSS:
             ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
             ws.append(WindowStats(ea, eb, start, start + W, 64, 60, 15, 10, 12, 13, 14, 13, 1, 20,
                                   route=spine_route(a, b, 1),
                                   routes=(RouteStats(spine_route(a, b, 1), 15, 0, 13.0),)))
         ws += [win(a, b, k) for r in range(2) for a, b in rail_pairs(r)
-               if not (r == 0 and (a, b) in cross)]
+               if not (r == 0 and (a, b) in CROSS)]
         assert engine.add_windows(ws) == []
         changed += engine.tick(start + W + 5)
     assert changed
