@@ -46,7 +46,9 @@ def random_loss(cluster: Cluster, link: str, percent: int) -> Undo:
     """Drop `percent` % of packets crossing the link, both ways."""
     if not 0 < percent <= 100:
         raise ValueError("percent must be in 1..100")
-    return _nft(cluster, link, "nsk_loss", f"numgen random mod 100 < {percent} drop")
+    # nft refuses "< 100" (the value is out of numgen's 0-99 range): all is all.
+    rule = "drop" if percent == 100 else f"numgen random mod 100 < {percent} drop"
+    return _nft(cluster, link, "nsk_loss", rule)
 
 
 def drop_above(cluster: Cluster, link: str, size: int) -> Undo:
