@@ -132,7 +132,7 @@ def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool,
     stamps: list[str] = []
     done = threading.Event()
 
-    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float, flow: int) -> None:
         rtts.append(rtt_us)
         if len(rtts) >= count:
             done.set()

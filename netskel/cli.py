@@ -112,7 +112,8 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       vswitch_interval_s=a.vswitch_interval,
                       vswitch_db=a.vswitch_db or env("NETSKEL_VSWITCH_DB", ""),
                       underlay_netns=a.underlay_netns or env("NETSKEL_UNDERLAY_NETNS", ""),
-                      trace_interval_s=a.trace_interval,
+                      trace_interval_s=a.trace_interval, flows=a.flows,
+                      tunnel_port=a.tunnel_port,
                       rdma=a.rdma or env("NETSKEL_RDMA", "auto"))
     sec = _security(a, "agent")
     agent = Agent(cfg, sec)
@@ -406,12 +407,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vswitch-db", help="the switch's ovsdb (ovs-vsctl --db), e.g. "
                    "unix:/run/openvswitch/db.sock: which ports are tunnels and to where")
     g.add_argument("--underlay-netns", help="the host's network namespace file (e.g. "
-                   "/proc/1/ns/net): route traces between NICs run there")
+                   "/proc/1/ns/net): route traces listen there for the routers' answers")
     g.add_argument("--rdma", choices=("auto", "off"), default=None,
                    help="auto (default, env NETSKEL_RDMA): probe over RDMA UD queue pairs from "
                         "endpoints whose interface has an RDMA device; off: UDP only")
     g.add_argument("--trace-interval", type=float, default=60.0,
-                   help="seconds between route traces of each NIC pair")
+                   help="seconds between route traces of each probe flow")
+    g.add_argument("--flows", type=int, default=4,
+                   help="UDP source ports per endpoint: each pair's probes spread over this many "
+                        "flows (ECMP paths), each traced on its own")
+    g.add_argument("--tunnel-port", type=int, default=4789,
+                   help="UDP port of the hosts' overlay tunnel (VXLAN): route traces read the "
+                        "probe flow inside the tunnel packets routers quote")
     g.set_defaults(fn=cmd_agent)
 
     n = sub.add_parser("analyzer", help="follow the report feed and serve NetDiag")

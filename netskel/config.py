@@ -64,10 +64,18 @@ class AgentConfig:
                                        # ends and types; "" = the flows and --vswitch-tunnel-port
     # Network namespace file of the host (e.g. /proc/1/ns/net with hostPID,
     # /var/run/netns/NAME): where the NICs' underlay addresses live. Route
-    # traces run there; "" = no traces (the analyzer then spreads its link
-    # vote over the ECMP alternatives).
+    # traces hear the routers' answers there; "" = no traces (the analyzer
+    # then spreads its link vote over the ECMP alternatives).
     underlay_netns: str = ""
-    trace_interval_s: float = 60.0     # seconds between route traces of each NIC pair
+    trace_interval_s: float = 60.0     # seconds between route traces of each probe flow
+    # UDP source ports each endpoint probes from: a pair's probes spread over
+    # this many 5-tuples, hence over the ECMP paths, each flow traced on its
+    # own (probe_agent/flowtrace.py).
+    flows: int = 4
+    # UDP destination port of the host's overlay tunnel (VXLAN 4789): how a
+    # router's time-exceeded quoting the tunnel's packet is read back to the
+    # probe flow inside it.
+    tunnel_port: int = 4789
     rdma: str = "auto"                 # "auto": RDMA UD probes from endpoints whose interface
     #                                    has an RDMA device (pyverbs), UDP elsewhere; "off"
     metrics_port: int = 0
@@ -79,6 +87,10 @@ class AgentConfig:
             raise InputError("agent.sizes: one or more positive probe sizes")
         if self.busy_poll_us < 0:
             raise InputError(f"agent.busy_poll_us: {self.busy_poll_us} is negative")
+        if not 1 <= self.flows <= 64:
+            raise InputError(f"agent.flows: {self.flows} is not 1..64")
+        if not 0 < self.tunnel_port < 65536:
+            raise InputError(f"agent.tunnel_port: {self.tunnel_port} is no UDP port")
         if self.rdma not in ("auto", "off"):
             raise InputError(f"agent.rdma: '{self.rdma}' is not 'auto' or 'off'")
 

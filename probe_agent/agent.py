@@ -28,7 +28,7 @@ from netskel.config import AgentConfig
 from netskel.errors import InputError
 from netskel.model import CounterSample, VSwitchDump, WindowStats
 from netskel.security import Security, aio_channel, channel
-from probe_agent import check, counters, metrics, trace, vswitch, wire
+from probe_agent import check, counters, flowtrace, metrics, vswitch, wire
 from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
 from probe_agent.udp import Prober, ProbeTarget, ReplyHook, Responder, SentHook
 from probe_agent.window import WindowAccumulator
@@ -105,7 +105,7 @@ class Agent:
         self.accs = self._accumulators()  # by proto: the probers' window statistics
         self.prober = Prober({e.id: e.ip for e in self.endpoints}, sizes, cfg.probe_rate_hz,
                              cfg.probe_timeout_s, *self._recorders("udp"),
-                             busy_poll_us=cfg.busy_poll_us)
+                             busy_poll_us=cfg.busy_poll_us, flows=cfg.flows)
         # RDMA where the endpoint's interface has a device (UD queue pairs,
         # probe_agent/rdma.py); every other endpoint and target stays on UDP.
         pingers, addresses, self.rdma_note = ({}, {}, "off by configuration") if cfg.rdma == "off" \
@@ -119,7 +119,8 @@ class Agent:
                  self.rdma_note)
         self.targets: dict[tuple[str, str], Target] = {}
         self.switch_names: dict[str, str] = {}  # router address -> switch id, from the controller
-        self.routes: dict[tuple[str, str], str] = {}  # (src, dst) endpoint -> traced route
+        # (src endpoint, dst endpoint, flow) -> the flow's traced route
+        self.routes: dict[tuple[str, str, int], str] = {}
         self._trace_now = threading.Event()
         self.list_version = 0
         self.registered = False
@@ -140,14 +141,14 @@ class Agent:
         """A prober's hooks into its protocol's accumulator, looked up at each
         call (registration replaces the accumulators when the controller sets
         the window length), under the lock the window loop closes them with."""
-        def sent(src: str, dst: str, size: int, t: float) -> None:
+        def sent(src: str, dst: str, size: int, t: float, flow: int) -> None:
             with self._acc_lock:
-                self.accs[proto].sent(src, dst, size, t)
+                self.accs[proto].sent(src, dst, size, t, flow)
 
-        def replied(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+        def replied(src: str, dst: str, size: int, t: float, rtt_us: float, flow: int) -> None:
             clock = self._clock_of(proto, src)
             with self._acc_lock:
-                self.accs[proto].replied(src, dst, size, t, rtt_us, clock)
+                self.accs[proto].replied(src, dst, size, t, rtt_us, clock, flow)
 
         return sent, replied
 
@@ -174,11 +175,14 @@ class Agent:
                     pass
 
     def _close_windows(self) -> list[WindowStats]:
+        routes = self.routes
+
+        def route_of(src: str, dst: str, flow: int) -> str:
+            return routes.get((src, dst, flow), "")
+
         with self._acc_lock:
             now = time.time()
-            done = [w for acc in self.accs.values() for w in acc.close(now)]
-        routes = self.routes
-        return [dataclasses.replace(w, route=routes.get((w.src, w.dst), "")) for w in done]
+            return [w for acc in self.accs.values() for w in acc.close(now, route_of)]
 
     def _window_loop(self) -> None:
         while not self.stop_event.wait(1.0):
@@ -228,37 +232,58 @@ class Agent:
                                          vswitch=serde.vswitch_to_pb(dump)))
 
     def _trace_loop(self) -> None:
-        """Each NIC pair's underlay route, traced from the host's namespace:
-        soon after the list changes, then every interval (jittered). Routes
-        follow the windows to the analyzer, whose link vote then accuses the
-        links a pair really crossed instead of all its ECMP alternatives."""
+        """Each probe flow's underlay route (probe_agent/flowtrace.py): soon
+        after the list changes, then every interval (jittered). Routes
+        follow the windows to the analyzer, which then blames the links the
+        lost or slow probes' flows really crossed instead of all their ECMP
+        alternatives."""
         if not self.cfg.underlay_netns:
             return
+        try:
+            tracer = flowtrace.FlowTracer(self.cfg.underlay_netns, self.prober.trace_token,
+                                          self.cfg.tunnel_port)
+        except OSError as e:
+            log.warning("no route traces: cannot listen in %s: %s", self.cfg.underlay_netns, e)
+            return
+        self.prober.on_trace_reply = tracer.replied
         self.stop_event.wait(random.uniform(0.5, 2.0))  # stagger agents started together
-        while not self.stop_event.is_set():
-            self._trace_now.clear()
-            targets = [t for t in self.targets.values()
-                       if t.active and t.src_nic_ip and t.dst_nic_ip]
-            traces = trace.trace_all([(t.src_nic_ip, t.dst_nic_ip) for t in targets],
-                                     self.cfg.underlay_netns, self.stop_event)
-            names = self.switch_names
-            routes: dict[tuple[str, str], str] = {}
-            for t in targets:
-                tr = traces.get((t.src_nic_ip, t.dst_nic_ip))
-                if tr is None:
-                    continue
-                routes[t.key] = tr.route(names)
-            for tr in traces.values():
-                outcome = "failed" if tr.error else ("named" if tr.route(names) else "partial")
+        try:
+            while not self.stop_event.is_set():
+                self._trace_now.clear()
+                self.routes = self._trace_flows(tracer)
+                wait = self.cfg.trace_interval_s * random.uniform(0.9, 1.1)
+                deadline = time.monotonic() + wait
+                while not self.stop_event.is_set() and time.monotonic() < deadline:
+                    if self._trace_now.wait(min(1.0, deadline - time.monotonic())):
+                        break
+        finally:
+            self.prober.on_trace_reply = None
+            tracer.close()
+
+    def _trace_flows(self, tracer: flowtrace.FlowTracer, gap_s: float = 0.05
+                     ) -> dict[tuple[str, str, int], str]:
+        """Every flow of every UDP target once, spaced out so the routers'
+        ICMP rate limits and the probed links see a trickle."""
+        names = self.switch_names
+        routes: dict[tuple[str, str, int], str] = {}
+        prober = self.prober
+        for t in prober.targets():
+            for flow in prober.flows.get(t.src, ()):
+                if self.stop_event.is_set():
+                    return routes
+
+                def send(ttl: int, seq: int, t: ProbeTarget = t, flow: int = flow) -> None:
+                    prober.send_trace(t.src, flow, t.dst_ip, t.dst_port, ttl, seq)
+
+                tr = tracer.trace(send, t.src, t.dst)
+                route = tr.route(names)
+                routes[(t.src, t.dst, flow)] = route
+                outcome = "failed" if tr.error else ("named" if route else "partial")
                 metrics.ROUTE_TRACES.labels(outcome).inc()
                 if tr.error:
-                    log.info("trace %s -> %s: %s", tr.src_ip, tr.dst_ip, tr.error)
-            self.routes = routes
-            wait = self.cfg.trace_interval_s * random.uniform(0.9, 1.1)
-            deadline = time.monotonic() + wait
-            while not self.stop_event.is_set() and time.monotonic() < deadline:
-                if self._trace_now.wait(min(1.0, deadline - time.monotonic())):
-                    break
+                    log.info("trace %s -> %s flow %d: %s", t.src, t.dst, flow, tr.error)
+                self.stop_event.wait(gap_s)
+        return routes
 
     # -- ping list ----------------------------------------------------------
     def _run_check(self, order: pb.CheckOrder) -> None:

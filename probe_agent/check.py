@@ -27,11 +27,11 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     ranks: dict[tuple[str, str, int], int] = defaultdict(lambda: NO_RTT)  # clock_rank
     lock = threading.Lock()
 
-    def on_sent(src: str, dst: str, size: int, _t: float) -> None:
+    def on_sent(src: str, dst: str, size: int, _t: float, _flow: int) -> None:
         with lock:
             sent[(src, dst, size)] += 1
 
-    def on_reply(src: str, dst: str, size: int, _t: float, rtt_us: float) -> None:
+    def on_reply(src: str, dst: str, size: int, _t: float, rtt_us: float, _flow: int) -> None:
         if 0 <= rtt_us <= timeout_s * 1e6:
             with lock:
                 rtts[(src, dst, size)].append(rtt_us)

@@ -112,6 +112,7 @@ class _Pending:
     dst: str
     size: int
     t_post: int  # monotonic ns at post
+    flow: int = 0  # its flow label: the flow it took
     t_tx: int | None = None  # completion stamp of the send, when polled
 
 
@@ -121,8 +122,8 @@ class RdmaPinger:
     others' probes. Single-threaded: `poll` drives both directions."""
 
     device: str
-    on_sent: Callable[[str, str, int, float], None]
-    on_reply: Callable[[str, str, int, float, float], None]
+    on_sent: Callable[[str, str, int, float, int], None]
+    on_reply: Callable[[str, str, int, float, float, int], None]
     src: str = ""
     port: int = 1
     gid_index: int = 0
@@ -230,10 +231,11 @@ class RdmaPinger:
         me = RdmaAddress(self._v["gid"], int(self._v["qp"].qp_num))
         data = bytearray(wire.encode(p))
         _RETURN.pack_into(data, wire.HEADER_SIZE, gid_bytes(me.gid), me.qpn)
-        self._pending[seq] = _Pending(dst=dst, size=size, t_post=now)
-        self.on_sent(self.src, dst, size, time.time())
+        label = flow_label(seq, self.flows)
+        self._pending[seq] = _Pending(dst=dst, size=size, t_post=now, flow=label)
+        self.on_sent(self.src, dst, size, time.time(), label)
         try:
-            self._post_send(bytes(data), to, flow_label(seq, self.flows), seq << 1)
+            self._post_send(bytes(data), to, label, seq << 1)
         except Exception as exc:
             log.debug("rdma probe to %s not posted: %s", dst, exc)
             self._pending.pop(seq, None)
@@ -304,7 +306,7 @@ class RdmaPinger:
             t_tx = pending.t_tx if pending.t_tx is not None and self.hw_clock else pending.t_post
             t_rx = stamp if self.hw_clock else polled
             rtt_us = max(0.0, (t_rx - t_tx - head.dwell_ns) / 1000.0)
-            self.on_reply(self.src, pending.dst, pending.size, time.time(), rtt_us)
+            self.on_reply(self.src, pending.dst, pending.size, time.time(), rtt_us, pending.flow)
 
     def expire(self, timeout_s: float) -> int:
         """Drop probes unanswered for timeout_s (they stay lost)."""
@@ -356,8 +358,8 @@ class RdmaProber:
             nxt += interval * (1.0 + random.uniform(-0.1, 0.1))
 
 
-def open_pingers(endpoints: dict[str, str], on_sent: Callable[[str, str, int, float], None],
-                 on_reply: Callable[[str, str, int, float, float], None], max_size: int
+def open_pingers(endpoints: dict[str, str], on_sent: Callable[[str, str, int, float, int], None],
+                 on_reply: Callable[[str, str, int, float, float, int], None], max_size: int
                  ) -> tuple[dict[str, RdmaPinger], dict[str, RdmaAddress], str]:
     """A queue pair for every endpoint (id -> interface) whose interface has
     an RDMA device: (pingers, their addresses, why the others have none)."""

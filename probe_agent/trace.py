@@ -42,6 +42,7 @@ class Trace:
     hops: tuple[str | None, ...]  # router addresses in order; None: no answer
     reached: bool                  # the destination itself answered
     error: str = ""
+    tunnel_sport: int = 0          # flow traces through a tunnel: its source port (flowtrace)
 
     def route(self, names: dict[str, str]) -> str:
         """Switch ids joined by '>' (contract section 3), or '' unless every

@@ -231,27 +231,44 @@ class ProbeTarget:
     dst_port: int
 
 
-# Called as on_sent(src, dst, size, t_send_s) and on_reply(src, dst, size, t_send_s, rtt_us).
-SentHook = Callable[[str, str, int, float], None]
-ReplyHook = Callable[[str, str, int, float, float], None]
+# Called as on_sent(src, dst, size, t_send_s, flow) and
+# on_reply(src, dst, size, t_send_s, rtt_us, flow); `flow`: the probe's
+# flow within its pair (the UDP source port it left from).
+SentHook = Callable[[str, str, int, float, int], None]
+ReplyHook = Callable[[str, str, int, float, float, int], None]
 
 
 class Prober:
-    """Sends probes to the active targets of every local endpoint."""
+    """Sends probes to the active targets of every local endpoint.
+
+    Each endpoint probes from `flows` sockets, one UDP source port each, so
+    a pair's probes take as many 5-tuples and spread over the ECMP paths the
+    job's own flows take; a target's probes cycle through the flows, each
+    flow through every size. The flow travels with each probe's record and
+    is what the route tracer follows (probe_agent/flowtrace.py)."""
 
     def __init__(self, sources: dict[str, str], sizes: dict[str, tuple[int, ...]],
                  rate_hz: float, timeout_s: float, on_sent: SentHook, on_reply: ReplyHook,
                  rng: random.Random | None = None, kernel_tx: bool = True,
-                 busy_poll_us: int = 0) -> None:
+                 busy_poll_us: int = 0, flows: int = 1,
+                 on_trace_reply: Callable[[int], None] | None = None) -> None:
         if rate_hz <= 0:
             raise ValueError("probe rate must be positive")
+        if flows < 1:
+            raise ValueError("flows must be at least 1")
         # kernel_tx False: the send stamp is user time before sendto, as
         # ping's is (bench/fidelity.py compares the two definitions).
         self.kernel_tx = kernel_tx
-        opened = {ep: _open(ip, 0, tx=kernel_tx, busy_poll_us=busy_poll_us)
-                  for ep, ip in sources.items()}
-        self.sockets = {ep: sock for ep, (sock, _) in opened.items()}
-        self.kernel_stamps = all(stamped for _, stamped in opened.values())
+        opened = {ep: [_open(ip, 0, tx=kernel_tx, busy_poll_us=busy_poll_us)
+                       for _ in range(flows)] for ep, ip in sources.items()}
+        self.flow_sockets = {ep: [sock for sock, _ in socks] for ep, socks in opened.items()}
+        self.flows = {ep: tuple(sock.getsockname()[1] for sock in socks)
+                      for ep, socks in self.flow_sockets.items()}
+        self.kernel_stamps = all(stamped for socks in opened.values() for _, stamped in socks)
+        # Trace packets are probes under their own token: their replies say
+        # the trace reached the target and are handed to `on_trace_reply`.
+        self.trace_token = int.from_bytes(os.urandom(8), "big")
+        self.on_trace_reply = on_trace_reply
         self.sizes = sizes
         self.interval = 1.0 / rate_hz
         self.batch_s = min(BATCH_SHARE * self.interval, MAX_BATCH_S)
@@ -261,15 +278,16 @@ class Prober:
         self.rng = rng or random.Random()
         self.token = int.from_bytes(os.urandom(8), "big")
         self._sel = selectors.DefaultSelector()
-        for ep, s in self.sockets.items():
-            self._sel.register(s, selectors.EVENT_READ, ep)
+        for ep, socks in self.flow_sockets.items():
+            for sock in socks:
+                self._sel.register(sock, selectors.EVENT_READ, ep)
         self._lock = threading.Lock()
         self._targets: dict[tuple[str, str], ProbeTarget] = {}
         self._heap: list[tuple[float, int, tuple[str, str]]] = []
         self._count: dict[tuple[str, str], int] = {}
         self._seq = 0
         # seq -> [target key, size, t_send_ns (user, as in the packet),
-        #         kernel send stamp, hardware send stamp (0 until read back)]
+        #         kernel send stamp, hardware send stamp (0 until read back), flow]
         self._inflight: dict[int, list[Any]] = {}
         self.timestamping = USER  # the clock of the last RTT: hardware, kernel or user
         # The hot path builds no per-probe objects: one packet buffer per
@@ -284,7 +302,7 @@ class Prober:
         """Replace the probed set; new targets start at a random phase."""
         now = time.monotonic()
         with self._lock:
-            new = {(t.src, t.dst): t for t in targets if t.src in self.sockets}
+            new = {(t.src, t.dst): t for t in targets if t.src in self.flow_sockets}
             for k in new:
                 if k not in self._targets:
                     heapq.heappush(self._heap, (now + self.rng.uniform(0, self.interval),
@@ -326,19 +344,34 @@ class Prober:
         self._count[key] = n + 1
         sizes = self.sizes[t.src]
         size = sizes[n % len(sizes)]
+        socks = self.flow_sockets[t.src]
+        f = (n // len(sizes)) % len(socks)
+        flow = self.flows[t.src][f]
         self._seq += 1
         packet = self._buffers[size]
         t_ns = time.time_ns()
         wire.fill_probe(packet, self._seq, self.token, t_ns)
         try:
-            self.sockets[t.src].sendto(packet, (t.dst_ip, t.dst_port))
+            socks[f].sendto(packet, (t.dst_ip, t.dst_port))
         except OSError as e:  # unreachable, no route, buffer full: a lost probe
             log.debug("probe %s -> %s failed: %s", t.src, t.dst, e)
         # Bookkeeping after the send: nothing between the user stamp and it
         # (a reply cannot be read before this thread reads it).
-        self._inflight[self._seq] = [key, size, t_ns, 0, 0]
-        self.on_sent(t.src, t.dst, size, t_ns / 1e9)
+        self._inflight[self._seq] = [key, size, t_ns, 0, 0, flow]
+        self.on_sent(t.src, t.dst, size, t_ns / 1e9, flow)
         return size
+
+    def send_trace(self, src: str, flow: int, dst_ip: str, dst_port: int, ttl: int,
+                   seq: int) -> None:
+        """One trace packet on a flow's own 5-tuple with its IP TTL set for
+        this packet alone (ancillary IP_TTL: the probes sent meanwhile on the
+        socket keep theirs). Called from the tracer's thread; a failed send
+        raises OSError for the tracer to record."""
+        sock = self.flow_sockets[src][self.flows[src].index(flow)]
+        packet = wire.probe_buffer(wire.MIN_SIZE)
+        wire.fill_probe(packet, seq, self.trace_token, time.time_ns())
+        sock.sendmsg([packet], [(socket.IPPROTO_IP, socket.IP_TTL, struct.pack("@i", ttl))], 0,
+                     (dst_ip, dst_port))
 
     def _sent_stamps(self, sock: socket.socket) -> None:
         """Attach the kernel's send stamps to their probes in flight."""
@@ -352,11 +385,13 @@ class Prober:
 
     def _receive(self, sock: socket.socket) -> None:
         replies = []
-        token = self.token
+        token, trace_token = self.token, self.trace_token
         while (got := _recv(sock)) is not None:
             f = wire.reply_fields(got[0])
             if f is not None and f[1] == token:
                 replies.append((f, got[2], got[3], got[4]))
+            elif f is not None and f[1] == trace_token and self.on_trace_reply is not None:
+                self.on_trace_reply(f[0])
         if self.kernel_stamps and self.kernel_tx:
             self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
         clocks = dict.fromkeys((USER, KERNEL, HARDWARE), 0)
@@ -364,7 +399,7 @@ class Prober:
             entry = self._inflight.pop(seq, None)
             if entry is None or entry[2] != t_send_ns:
                 continue
-            (src, dst), size, tx_user, tx_kernel, tx_hardware = entry
+            (src, dst), size, tx_user, tx_kernel, tx_hardware, flow = entry
             # One clock at both ends, the most exact both have. Ping's
             # definition (kernel_tx False): user send, kernel receive.
             if not self.kernel_tx:
@@ -378,7 +413,7 @@ class Prober:
             rtt_us = (t_got - t_sent - dwell_ns) / 1e3
             self.timestamping = clock
             clocks[clock] += 1
-            self.on_reply(src, dst, size, tx_user / 1e9, rtt_us)
+            self.on_reply(src, dst, size, tx_user / 1e9, rtt_us, flow)
             self._m_rtt[src].observe(rtt_us)
         for clock, n in clocks.items():
             if n:
@@ -409,5 +444,6 @@ class Prober:
 
     def close(self) -> None:
         self._sel.close()
-        for s in self.sockets.values():
-            s.close()
+        for socks in self.flow_sockets.values():
+            for s in socks:
+                s.close()

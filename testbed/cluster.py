@@ -5,7 +5,9 @@ routed namespaces, ToRs spread traffic over all spines with ECMP. Overlay:
 each host runs its own Open vSwitch (userspace datapath) whose OpenFlow
 rules forward by overlay destination: deliver to a local container's VF, or
 send into the host's VXLAN device, whose forwarding table names the remote
-NIC. Containers are namespaces with one interface per rail.
+NIC. Containers are namespaces with one interface per rail. The tunnel
+copies each packet's TTL outward (`ttl inherit`), so a probe flow's route
+can be traced through it (probe_agent/flowtrace.py).
 
 Everything created is recorded (see `Created`) and removed by `destroy()`,
 also from another process after a crash (`python -m testbed.cluster clean`).
@@ -182,7 +184,8 @@ class Cluster:
         for h in range(lay.hosts):
             ns(self.host_ns(h), "sysctl", "-qw", *HOST_SYSCTLS)
         for n in names[lay.hosts:len(names) - lay.hosts]:
-            ns(n, "sysctl", "-qw", *SWITCH_SYSCTLS)
+            ns(n, "sysctl", "-qw", *SWITCH_SYSCTLS,
+               f"net.ipv4.fib_multipath_hash_policy={int(lay.ecmp_ports)}")
         self._underlay()
         self._overlay()
         self.topology_path.write_text(json.dumps(topology_to_doc(self.topo), indent=1))
@@ -265,7 +268,7 @@ class Cluster:
                       "fail_mode=secure")
             vx = f"vx{lay.vni}"
             run("ip", "-n", hns, "link", "add", vx, "mtu", str(OVERLAY_MTU), "type", "vxlan", "id",
-                str(lay.vni), "dstport", str(VXLAN_PORT), "nolearning")
+                str(lay.vni), "dstport", str(VXLAN_PORT), "nolearning", "ttl", "inherit")
             run("ip", "-n", hns, "link", "set", vx, "up")
             ns(hns, "ethtool", "-K", vx, "tx", "off")
             ovs.vsctl("add-port", "br0", vx, "--", "set", "interface", vx,
@@ -339,8 +342,13 @@ class Cluster:
 
     def trace_underlay(self, h_from: int, h_to: int, r: int) -> list[str]:
         """The switches the kernel's ECMP choice sends host h_from's rail-r
-        tunnel traffic through to h_to (from `ip route get` hop by hop)."""
+        tunnel traffic through to h_to (from `ip route get` hop by hop).
+        Only where switches hash addresses alone: with Layout.ecmp_ports a
+        forwarded packet's path follows the hash the sending host's kernel
+        left on it (veth keeps skb->hash), which `ip route get` cannot see."""
         lay = self.layout
+        if lay.ecmp_ports:
+            raise ValueError("trace_underlay: paths depend on each flow's hash (ecmp_ports)")
         src, dst = lay.underlay_ip(h_from, r), lay.underlay_ip(h_to, r)
         t = lay.tor_index(h_from)
         node_ns, node_id, iif = self.tor_ns(r, t), lay.tor(r, t), f"h{h_from}"

@@ -21,6 +21,10 @@ class Layout:
     spines: int = 2
     job: str = "job7"
     vni: int = 7
+    # Switches hash ECMP on the 5-tuple (fib_multipath_hash_policy=1), as
+    # fabrics carrying RoCE do, instead of on the addresses alone: each of
+    # a pair's flows (tunnel source ports) then takes its own spine.
+    ecmp_ports: bool = False
 
     def host(self, h: int) -> str:
         return f"h{h:04d}"

@@ -47,6 +47,40 @@ def test_window_accumulator_counts_loss_and_late_replies():
     assert w.problem() is None
 
 
+def test_a_window_counts_each_flow_on_its_traced_route():
+    """Four flows, two on each spine; the flows through spine 1 lose half
+    their probes and are 100 us slower. The window's routes say so; a flow
+    with no traced route counts in the window but on no route."""
+    routes = {40000: "tor-0>spine-0>tor-1", 40001: "tor-0>spine-1>tor-1",
+              40002: "tor-0>spine-0>tor-1", 40003: "tor-0>spine-1>tor-1", 40004: ""}
+    acc = WindowAccumulator(window_s=10, timeout_s=1)
+    for i in range(50):
+        flow = 40000 + i % 5
+        t = 100.0 + i * 0.1
+        acc.sent("a", "b", 64, t, flow)
+        if routes[flow].count("spine-1") and i % 2:
+            continue  # lost
+        acc.replied("a", "b", 64, t, 110.0 if "spine-1" in routes[flow] else 10.0, "kernel", flow)
+    acc.replied("a", "b", 64, 100.0, 10.0, "kernel", 49999)  # a flow never sent: no reply counted
+    (w,) = acc.close(now=111.0, route_of=lambda src, dst, flow: routes.get(flow, ""))
+    assert (w.sent, w.lost) == (50, 10)
+    by = {r.route: r for r in w.routes}
+    assert set(by) == {"tor-0>spine-0>tor-1", "tor-0>spine-1>tor-1"}
+    s0, s1 = by["tor-0>spine-0>tor-1"], by["tor-0>spine-1>tor-1"]
+    assert (s0.sent, s0.lost, s0.rtt_median) == (20, 0, 10.0)
+    assert (s1.sent, s1.lost, s1.rtt_median) == (20, 10, 110.0)
+    assert w.route == "tor-0>spine-0>tor-1", "equal counts: the first by name"
+    (plain,) = _one_window_without_routes()
+    assert plain.routes == () and plain.route == ""
+
+
+def _one_window_without_routes() -> list:
+    acc = WindowAccumulator(window_s=10, timeout_s=1)
+    acc.sent("a", "b", 64, 100.0, 40000)
+    acc.replied("a", "b", 64, 100.0, 10.0, "kernel", 40000)
+    return acc.close(now=200, route_of=lambda src, dst, flow: "")
+
+
 def test_all_lost_window_has_no_rtt():
     acc = WindowAccumulator(window_s=10, timeout_s=1)
     acc.sent("a", "b", 64, 100.0)
@@ -170,7 +204,7 @@ def test_prober_rtt_from_kernel_stamps_at_both_ends():
     got: list[float] = []
     done = threading.Event()
 
-    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float, flow: int) -> None:
         got.append(rtt_us)
         if len(got) >= 50:
             done.set()
@@ -201,7 +235,7 @@ def test_prober_reads_replies_late_yet_measures_them_from_kernel_stamps():
     got: list[tuple[float, float, float]] = []  # (t_send_s, read at, rtt_us)
     done = threading.Event()
 
-    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float, flow: int) -> None:
         got.append((t, time.time(), rtt_us))
         if len(got) >= 6:
             done.set()
@@ -232,7 +266,7 @@ def test_prober_sends_a_batch_per_wake_up_within_the_jitter():
     sent: list[tuple[str, float]] = []
     for rate, batch in ((40.0, BATCH_SHARE / 40.0), (1.0, MAX_BATCH_S)):
         p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, rate, 1.0,
-                   lambda src, dst, size, t: sent.append((dst, t)), lambda *a: None)
+                   lambda src, dst, size, t, flow: sent.append((dst, t)), lambda *a: None)
         try:
             assert p.batch_s == pytest.approx(batch)
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
@@ -278,7 +312,7 @@ def test_prober_with_user_send_stamps_asks_for_no_kernel_send_stamps():
         try:
             if not p.kernel_stamps:
                 pytest.skip("no SO_TIMESTAMPING on this kernel")
-            flags = p.sockets["a"].getsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING)
+            flags = p.flow_sockets["a"][0].getsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING)
             assert bool(flags & (_TX_SOFTWARE | _TX_HARDWARE)) is kernel_tx
         finally:
             p.close()
@@ -319,7 +353,7 @@ def test_busy_polling_is_set_on_every_socket_and_probes_still_measure():
     got: list[float] = []
     done = threading.Event()
 
-    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float) -> None:
+    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float, flow: int) -> None:
         got.append(rtt_us)
         if len(got) >= 20:
             done.set()
@@ -331,7 +365,7 @@ def test_busy_polling_is_set_on_every_socket_and_probes_still_measure():
     try:
         assert plain.sockets[0].getsockopt(socket.SOL_SOCKET, SO_BUSY_POLL) == 0
         assert r.sockets[0].getsockopt(socket.SOL_SOCKET, SO_BUSY_POLL) == 50
-        assert p.sockets["a"].getsockopt(socket.SOL_SOCKET, SO_BUSY_POLL) == 50
+        assert p.flow_sockets["a"][0].getsockopt(socket.SOL_SOCKET, SO_BUSY_POLL) == 50
         assert done.wait(20), f"{len(got)} replies"
         assert p.timestamping == "kernel" and all(0 < x < 100_000 for x in got)
     finally:
