@@ -300,7 +300,8 @@ class Cluster:
                 overlay_pipeline(lay, h, {r: self.ports[(h, r)] for r in range(lay.rails)})))
 
     # -- processes --------------------------------------------------------------
-    def agent_command(self, h: int, window_s: int | None = None) -> list[str]:
+    def agent_command(self, h: int, extra: tuple[str, ...] = ()) -> list[str]:
+        """`extra`: flags after the testbed's own (a later flag wins)."""
         lay = self.layout
         eps = [f"{lay.endpoint(h, r)},{lay.nic(h, r)},{lay.overlay_ip(h, r)},e{r}"
                for r in range(lay.rails)]
@@ -316,12 +317,13 @@ class Cluster:
                "--underlay-netns", f"/var/run/netns/{self.host_ns(h)}", "--trace-interval", "30"]
         for e in eps:
             cmd += ["--endpoint", e]
-        return cmd
+        return cmd + list(extra)
 
-    def start_agent(self, h: int) -> subprocess.Popen[bytes]:
+    def start_agent(self, h: int, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
         log_path = self.run_dir / f"agent-{h}.log"
         with open(log_path, "ab") as out:
-            proc = subprocess.Popen(self.agent_command(h), stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(self.agent_command(h, extra), stdout=out,
+                                    stderr=subprocess.STDOUT,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.created.add_pid(proc.pid)
         return proc

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 class Deployment:
     layout: Layout
     window_s: int = 10
+    agent_args: tuple[str, ...] = ()  # more agent flags (after the testbed's; the later wins)
     cluster: Cluster = field(init=False)
     controller: RunningController | None = None
     analyzer: RunningAnalyzer | None = None
@@ -72,7 +73,7 @@ class Deployment:
 
     def start_agents(self, hosts: list[int] | None = None) -> None:
         for h in hosts if hosts is not None else range(self.layout.hosts):
-            self.agents[h] = self.cluster.start_agent(h)
+            self.agents[h] = self.cluster.start_agent(h, self.agent_args)
 
     def kill_agent(self, h: int) -> None:
         p = self.agents.pop(h)
