@@ -98,13 +98,15 @@ def free_port() -> int:
 
 
 def measure(sock: str, container: str, endpoint: str, seconds: float, rate: float,
-            expect_targets: int, peers: tuple[str, ...] = ()) -> dict[str, float]:
+            expect_targets: int, peers: tuple[str, ...] = (), flows: int = 4
+            ) -> dict[str, float]:
     """`peers`: addresses that probe the agent's responder meanwhile, each at
     `rate` (from this process: their cost is not the agent's)."""
     mport = free_port()
     cmd = [sys.executable, "-m", "netskel.cli", "agent", "--controller", sock,
            "--container", container, "--job", "bench", "--host", container.replace("w", "h"),
-           "--endpoint", endpoint, "--rate", str(rate), "--metrics-port", str(mport), "--insecure"]
+           "--endpoint", endpoint, "--rate", str(rate), "--metrics-port", str(mport), "--insecure",
+           "--flows", str(flows)]
     agent = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -149,6 +151,7 @@ def main() -> None:
     ap.add_argument("--targets", type=int, default=64)
     ap.add_argument("--rate", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--flows", type=int, default=4, help="the agent's --flows")
     a = ap.parse_args()
     doc, chosen = topology(a.targets)
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,15 +182,17 @@ def main() -> None:
         keeper = threading.Thread(target=keep_alive, daemon=True)
         keeper.start()
         try:
-            busy = measure(sock, "w0", f"w0/e0,h0/n0,{ip(0)}", a.seconds, a.rate, a.targets)
+            busy = measure(sock, "w0", f"w0/e0,h0/n0,{ip(0)}", a.seconds, a.rate, a.targets,
+                           flows=a.flows)
             both = measure(sock, "w0", f"w0/e0,h0/n0,{ip(0)}", a.seconds, a.rate, a.targets,
-                           peers=tuple(ip(h) for h in chosen))
+                           peers=tuple(ip(h) for h in chosen), flows=a.flows)
             # Baseline: the same agent with its targets not ready (nothing to probe).
             hb_stop.set()
             keeper.join()
             for h in chosen:
                 stub.Heartbeat(pb.HeartbeatRequest(container=f"w{h}", ready=False))
-            idle = measure(sock, "w0", f"w0/e0,h0/n0,{ip(0)}", a.seconds, a.rate, 0)
+            idle = measure(sock, "w0", f"w0/e0,h0/n0,{ip(0)}", a.seconds, a.rate, 0,
+                           flows=a.flows)
         finally:
             hb_stop.set()
             stop.set()
@@ -197,7 +202,7 @@ def main() -> None:
     per_1000 = busy["cpu_s"] / busy["probes"] * 1000 if busy["probes"] else float("nan")
     extra = (busy["cpu_s"] - idle["cpu_s"]) / busy["probes"] * 1000 if busy["probes"] else 0.0
     print(json.dumps({
-        "bench": "agent_overhead", "targets": a.targets, "rate_hz": a.rate,
+        "bench": "agent_overhead", "targets": a.targets, "rate_hz": a.rate, "flows": a.flows,
         "seconds": round(busy["wall_s"], 1), "probes": int(busy["probes"]),
         "probes_per_s": round(busy["probes"] / busy["wall_s"], 1),
         "cpu_s_per_1000_probes": round(per_1000, 4),
