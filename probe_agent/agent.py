@@ -262,27 +262,30 @@ class Agent:
 
     def _trace_flows(self, tracer: flowtrace.FlowTracer, gap_s: float = 0.05
                      ) -> dict[tuple[str, str, int], str]:
-        """Every flow of every UDP target once, spaced out so the routers'
-        ICMP rate limits and the probed links see a trickle."""
+        """Every flow of every UDP target once, a target's flows together,
+        targets spaced out so the routers' ICMP rate limits and the probed
+        links see a trickle."""
         names = self.switch_names
         routes: dict[tuple[str, str, int], str] = {}
         prober = self.prober
         for t in prober.targets():
-            for flow in prober.flows.get(t.src, ()):
-                if self.stop_event.is_set():
-                    return routes
+            if self.stop_event.is_set():
+                return routes
 
-                def send(ttl: int, seq: int, t: ProbeTarget = t, flow: int = flow) -> None:
-                    prober.send_trace(t.src, flow, t.dst_ip, t.dst_port, ttl, seq)
+            def sender(flow: int, t: ProbeTarget = t) -> flowtrace.Send:
+                return lambda ttl, seq: prober.send_trace(t.src, flow, t.dst_ip, t.dst_port,
+                                                          ttl, seq)
 
-                tr = tracer.trace(send, t.src, t.dst)
+            traces = tracer.trace_many([(flow, sender(flow)) for flow in prober.flows[t.src]],
+                                       t.src, t.dst)
+            for flow, tr in traces.items():
                 route = tr.route(names)
                 routes[(t.src, t.dst, flow)] = route
                 outcome = "failed" if tr.error else ("named" if route else "partial")
                 metrics.ROUTE_TRACES.labels(outcome).inc()
                 if tr.error:
                     log.info("trace %s -> %s flow %d: %s", t.src, t.dst, flow, tr.error)
-                self.stop_event.wait(gap_s)
+            self.stop_event.wait(gap_s)
         return routes
 
     # -- ping list ----------------------------------------------------------

@@ -31,8 +31,9 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from probe_agent import wire
 from probe_agent.trace import Trace, _in_netns
@@ -119,6 +120,29 @@ def parse_icmp(packet: bytes, tunnel_port: int = VXLAN_PORT) -> Quote | None:
 
 # Sends one trace packet of the flow: send(ttl, seq); raises OSError.
 Send = Callable[[int, int], None]
+K = TypeVar("K")
+
+
+@dataclass
+class _Flow:
+    """What one flow's trace has heard so far."""
+
+    hops: dict[int, str] = field(default_factory=dict)  # TTL -> router
+    reached: int | None = None  # the least TTL whose packet the target echoed
+    tunnel_sport: int = 0
+    error: str = ""
+
+    def done(self) -> bool:
+        return bool(self.error.startswith("send")) or (
+            self.reached is not None and all(t in self.hops for t in range(1, self.reached)))
+
+    def result(self, src_ip: str, dst_ip: str, max_hops: int) -> Trace:
+        last = self.reached - 1 if self.reached is not None else max(self.hops, default=0)
+        path = tuple(self.hops.get(t) for t in range(1, last + 1))
+        if self.reached is None:
+            return Trace(src_ip, dst_ip, path, False, tunnel_sport=self.tunnel_sport,
+                         error=self.error or f"not reached in {max_hops} hops")
+        return Trace(src_ip, dst_ip, path, True, tunnel_sport=self.tunnel_sport)
 
 
 class FlowTracer:
@@ -169,54 +193,59 @@ class FlowTracer:
 
     def trace(self, send: Send, src_ip: str, dst_ip: str, max_hops: int = 8,
               timeout_s: float = 0.5) -> Trace:
-        """The hops of one flow: a packet at every TTL up to `max_hops` at
-        once, then the answers until the first TTL that reached the target
-        has every lower TTL answered, or the timeout."""
+        """The hops of one flow (`trace_many` of one)."""
+        return self.trace_many([(0, send)], src_ip, dst_ip, max_hops, timeout_s)[0]
+
+    def trace_many(self, flows: Sequence[tuple[K, Send]], src_ip: str, dst_ip: str,
+                   max_hops: int = 8, timeout_s: float = 0.5) -> dict[K, Trace]:
+        """The hops of several flows of one pair at once: a packet at every
+        TTL up to `max_hops` on every flow, then the answers until, on every
+        flow, the first TTL that reached the target has every lower TTL
+        answered, or the timeout. At once, because an answer waits for the
+        prober's next wake-up (up to 0.2 s): one flow after another, a
+        sidecar's thousand flows would take minutes."""
         self._drain()  # whatever ICMP the host heard since the last trace
         self._take_replies()
-        base = self._seq
-        self._seq += max_hops
-        ttl_of = {base + ttl: ttl for ttl in range(1, max_hops + 1)}
-        for seq, ttl in ttl_of.items():
-            try:
-                send(ttl, seq)
-            except OSError as e:
-                if e.errno not in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ECONNREFUSED):
-                    return Trace(src_ip, dst_ip, (), False, error=f"send: {e}")
-        hops: dict[int, str] = {}
-        reached: int | None = None
-        tunnel_sport = 0
-        error = ""
+        states: dict[K, _Flow] = {}
+        at: dict[int, tuple[_Flow, int]] = {}  # seq -> (its flow, its TTL)
+        for key, send in flows:
+            st = states[key] = _Flow()
+            for ttl in range(1, max_hops + 1):
+                self._seq += 1
+                at[self._seq] = (st, ttl)
+                try:
+                    send(ttl, self._seq)
+                except OSError as e:
+                    if e.errno not in (errno.EHOSTUNREACH, errno.ENETUNREACH,
+                                       errno.ECONNREFUSED):
+                        st.error = st.error or f"send: {e}"
         poller = select.poll()
         poller.register(self.raw.fileno(), select.POLLIN)
         poller.register(self._wake_r.fileno(), select.POLLIN)
         deadline = time.monotonic() + timeout_s
         while True:
             for q in self._drain():
-                at = ttl_of.get(q.seq)
-                if at is None:
+                got = at.get(q.seq)
+                if got is None:
                     continue
-                tunnel_sport = q.tunnel_sport or tunnel_sport
+                st, ttl = got
+                st.tunnel_sport = q.tunnel_sport or st.tunnel_sport
                 if q.icmp_type == ICMP_TIME_EXCEEDED:
-                    hops[at] = q.router
-                elif not error:
-                    error = f"ICMP type {q.icmp_type} from {q.router}"
+                    st.hops[ttl] = q.router
+                elif not st.error:
+                    st.error = f"ICMP type {q.icmp_type} from {q.router}"
             for seq in self._take_replies():
-                at = ttl_of.get(seq)
-                if at is not None:
-                    reached = at if reached is None else min(reached, at)
-            if reached is not None and all(t in hops for t in range(1, reached)):
+                got = at.get(seq)
+                if got is not None:
+                    st, ttl = got
+                    st.reached = ttl if st.reached is None else min(st.reached, ttl)
+            if all(st.done() for st in states.values()):
                 break
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             poller.poll(left * 1000)
-        last = reached - 1 if reached is not None else max(hops, default=0)
-        path = tuple(hops.get(t) for t in range(1, last + 1))
-        if reached is None:
-            return Trace(src_ip, dst_ip, path, False, error=error or
-                         f"not reached in {max_hops} hops", tunnel_sport=tunnel_sport)
-        return Trace(src_ip, dst_ip, path, True, tunnel_sport=tunnel_sport)
+        return {key: st.result(src_ip, dst_ip, max_hops) for key, st in states.items()}
 
     def close(self) -> None:
         self.raw.close()

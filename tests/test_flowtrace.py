@@ -181,8 +181,13 @@ def test_each_flow_is_traced_on_the_path_its_packets_take(cluster, probing):
     names = cluster.switch_addresses
     routes = {}
     seq = 1 << 40
-    for flow in probing.prober.flows["a"]:
-        tr = probing.trace(flow)
+    p = probing.prober
+    traces = probing.tracer.trace_many(  # all flows at once, as the agent traces a target's
+        [(flow, lambda ttl, s, flow=flow: p.send_trace("a", flow, probing.dst_ip,
+                                                        probing.responder.port, ttl, s))
+         for flow in p.flows["a"]], "a", "b")
+    assert sorted(traces) == sorted(p.flows["a"])
+    for flow, tr in traces.items():
         assert tr.reached and not tr.error and tr.tunnel_sport, tr
         route = routes[flow] = tr.route(names)
         hops = route.split(">")
