@@ -296,7 +296,8 @@ class Agent:
         windows = check.run_check(o.targets, o.duration_s, o.rate_hz,
                                   {e.id: e.ip for e in self.endpoints}, self.sizes,
                                   self.cfg.probe_timeout_s, self.cfg.underlay_netns,
-                                  self.switch_names, self.stop_event)
+                                  self.switch_names, self.stop_event, self.cfg.flows,
+                                  self.cfg.tunnel_port)
         log.info("check %s: %d targets, %d windows", o.id, len(o.targets), len(windows))
         self._enqueue(pb.AgentReport(container=self.cfg.container, check=pb.CheckResult(
             id=o.id, windows=[serde.window_to_pb(w) for w in windows])))

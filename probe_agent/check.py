@@ -6,47 +6,71 @@ regular prober (own sockets) instead of queueing behind it."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections import defaultdict
 
 from controller.pinglist import Target
 from netskel.model import WindowStats
-from probe_agent import trace
+from probe_agent import flowtrace
 from probe_agent.udp import Prober, ProbeTarget
-from probe_agent.window import NO_RTT, clock_name, clock_rank, summarize
+from probe_agent.window import NO_RTT, clock_name, clock_rank, main_route, route_stats, summarize
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str, int]  # (src, dst, size)
 
 
 def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
               sources: dict[str, str], sizes: dict[str, tuple[int, ...]], timeout_s: float,
-              underlay_netns: str, switch_names: dict[str, str], stop: threading.Event
-              ) -> list[WindowStats]:
+              underlay_netns: str, switch_names: dict[str, str], stop: threading.Event,
+              flows: int = 1, tunnel_port: int = flowtrace.VXLAN_PORT) -> list[WindowStats]:
+    """`flows` per pair as the regular prober spreads them, each traced
+    (probe_agent/flowtrace.py) when the host namespace is given: the
+    windows carry their probes by route."""
     mine = tuple(t for t in targets if t.src in sources)
-    sent: dict[tuple[str, str, int], int] = defaultdict(int)
-    rtts: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-    ranks: dict[tuple[str, str, int], int] = defaultdict(lambda: NO_RTT)  # clock_rank
+    sent: dict[Key, dict[int, int]] = defaultdict(dict)  # by flow
+    rtts: dict[Key, dict[int, list[float]]] = defaultdict(dict)
+    ranks: dict[Key, int] = defaultdict(lambda: NO_RTT)  # clock_rank
     lock = threading.Lock()
 
-    def on_sent(src: str, dst: str, size: int, _t: float, _flow: int) -> None:
+    def on_sent(src: str, dst: str, size: int, _t: float, flow: int) -> None:
         with lock:
-            sent[(src, dst, size)] += 1
+            by_flow = sent[(src, dst, size)]
+            by_flow[flow] = by_flow.get(flow, 0) + 1
 
-    def on_reply(src: str, dst: str, size: int, _t: float, rtt_us: float, _flow: int) -> None:
+    def on_reply(src: str, dst: str, size: int, _t: float, rtt_us: float, flow: int) -> None:
         if 0 <= rtt_us <= timeout_s * 1e6:
             with lock:
-                rtts[(src, dst, size)].append(rtt_us)
                 k = (src, dst, size)
+                rtts[k].setdefault(flow, []).append(rtt_us)
                 ranks[k] = min(ranks[k], clock_rank(prober.timestamping))  # this RTT's clock
 
     # Every size each round: the per-target rate covers all sizes.
     n_sizes = max(len(sizes.get(t.src, ())) for t in mine) if mine else 1
     prober = Prober({s: ip for s, ip in sources.items() if any(t.src == s for t in mine)},
-                    sizes, rate_hz, timeout_s, on_sent, on_reply)
-    routes: dict[tuple[str, str], trace.Trace] = {}
+                    sizes, rate_hz, timeout_s, on_sent, on_reply, flows=flows)
+    routes: dict[tuple[str, str, int], str] = {}
 
     def trace_routes() -> None:
-        pairs = [(t.src_nic_ip, t.dst_nic_ip) for t in mine if t.src_nic_ip and t.dst_nic_ip]
-        routes.update(trace.trace_all(pairs, underlay_netns, stop, gap_s=0.0))
+        try:
+            tracer = flowtrace.FlowTracer(underlay_netns, prober.trace_token, tunnel_port)
+        except OSError as e:
+            log.warning("check: no route traces: %s", e)
+            return
+        prober.on_trace_reply = tracer.replied
+        try:
+            for t in mine:
+                if stop.is_set() or done.is_set():
+                    return
+                traces = tracer.trace_many(
+                    [(flow, _sender(prober, t, flow)) for flow in prober.flows[t.src]],
+                    t.src, t.dst)
+                for flow, tr in traces.items():
+                    routes[(t.src, t.dst, flow)] = tr.route(switch_names)
+        finally:
+            prober.on_trace_reply = None
+            tracer.close()
 
     done = threading.Event()
     threads = [threading.Thread(target=prober.run, args=(done,), name="check-prober", daemon=True)]
@@ -66,13 +90,22 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
         for th in threads:
             th.join(timeout=5)
         prober.close()
+
+    def route_of(src: str, dst: str, flow: int) -> str:
+        return routes.get((src, dst, flow), "")
+
     out = []
-    by_key = {(t.src, t.dst): t for t in mine}
     with lock:
-        for (src, dst, size), n in sorted(sent.items()):
-            w = summarize(src, dst, start, end, size, n, rtts.get((src, dst, size), []),
+        for (src, dst, size), by_flow in sorted(sent.items()):
+            got = rtts.get((src, dst, size), {})
+            w = summarize(src, dst, start, end, size, sum(by_flow.values()),
+                          [r for flow, n in by_flow.items() for r in got.get(flow, [])[:n]],
                           clock=clock_name(ranks.get((src, dst, size), NO_RTT)))
-            tgt = by_key[(src, dst)]
-            tr = routes.get((tgt.src_nic_ip, tgt.dst_nic_ip))
-            out.append(dataclasses.replace(w, route=tr.route(switch_names)) if tr else w)
+            by_route = route_stats(src, dst, by_flow, got, route_of)
+            out.append(dataclasses.replace(w, route=main_route(by_route), routes=by_route)
+                       if by_route else w)
     return out
+
+
+def _sender(prober: Prober, t: Target, flow: int) -> flowtrace.Send:
+    return lambda ttl, seq: prober.send_trace(t.src, flow, t.dst_ip, t.dst_port, ttl, seq)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from probe_agent import wire
-from probe_agent.trace import Trace, _in_netns
+from probe_agent.trace import Trace, in_netns
 
 log = logging.getLogger(__name__)
 VXLAN_PORT = 4789
@@ -150,7 +150,7 @@ class FlowTracer:
     the prober's thread when a trace packet's echo comes back."""
 
     def __init__(self, netns: str | None, token: int, tunnel_port: int = VXLAN_PORT) -> None:
-        with _in_netns(netns):
+        with in_netns(netns):
             self.raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
         self.raw.setblocking(False)
         self.token = token

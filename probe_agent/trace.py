@@ -32,7 +32,6 @@ ICMP_DEST_UNREACH = 3
 CLONE_NEWNET = 0x40000000
 TRACE_DPORT = 33434  # classic traceroute port: nothing listens, the target answers unreachable
 _EE = struct.Struct("=IBBBBII")  # struct sock_extended_err
-_setns_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -57,33 +56,34 @@ class Trace:
 
 
 @contextlib.contextmanager
-def _in_netns(path: str | None) -> Iterator[None]:
-    """This thread in the network namespace at `path`, for the block only."""
+def in_netns(path: str | None) -> Iterator[None]:
+    """This thread in the network namespace at `path`, for the block only.
+    setns moves the calling thread alone, so threads need no lock between
+    them; threads started inside the block start in `path` too."""
     if not path:
         yield
         return
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    with _setns_lock:
-        home = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
-        target = os.open(path, os.O_RDONLY)
+    home = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
+    target = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(target, CLONE_NEWNET) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"setns {path}: {os.strerror(e)}")
         try:
-            if libc.setns(target, CLONE_NEWNET) != 0:
-                e = ctypes.get_errno()
-                raise OSError(e, f"setns {path}: {os.strerror(e)}")
-            try:
-                yield
-            finally:
-                if libc.setns(home, CLONE_NEWNET) != 0:  # pragma: no cover - cannot fail back
-                    e = ctypes.get_errno()
-                    raise OSError(e, f"setns back: {os.strerror(e)}")
+            yield
         finally:
-            os.close(target)
-            os.close(home)
+            if libc.setns(home, CLONE_NEWNET) != 0:  # pragma: no cover - cannot fail back
+                e = ctypes.get_errno()
+                raise OSError(e, f"setns back: {os.strerror(e)}")
+    finally:
+        os.close(target)
+        os.close(home)
 
 
 def open_socket(src_ip: str, sport: int, netns: str | None) -> socket.socket:
     """A UDP socket bound to the NIC's address in the namespace that owns it."""
-    with _in_netns(netns):
+    with in_netns(netns):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.setsockopt(socket.SOL_IP, IP_RECVERR, 1)

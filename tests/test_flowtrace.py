@@ -113,16 +113,16 @@ class _Probing:
     tracer in host 0; a responder in container 2."""
 
     def __init__(self, c: Cluster) -> None:
-        from probe_agent.trace import _in_netns
+        from probe_agent.trace import in_netns
 
         lay = c.layout
         self.dst_ip = lay.overlay_ip(2, 0)
         self.acc = WindowAccumulator(window_s=1000, timeout_s=1)
         self.lock = threading.Lock()
         self.sent, self.want, self.enough = 0, 0, threading.Event()
-        with _in_netns(f"/run/netns/{c.container_ns(2)}"):
+        with in_netns(f"/run/netns/{c.container_ns(2)}"):
             self.responder = Responder([self.dst_ip], 0)
-        with _in_netns(f"/run/netns/{c.container_ns(0)}"):
+        with in_netns(f"/run/netns/{c.container_ns(0)}"):
             self.prober = Prober({"a": lay.overlay_ip(0, 0)}, {"a": (64,)}, 200.0, 1.0,
                                  self._sent, self._replied, flows=FLOWS)
         self.tracer = FlowTracer(f"/run/netns/{c.host_ns(0)}", self.prober.trace_token)
@@ -233,3 +233,25 @@ def test_a_dead_link_loses_the_probes_of_exactly_the_flows_routed_over_it(cluste
     # The other spine's flows come back unless their reply (hashed on its own
     # 5-tuple) crossed the dead link: some of them at least.
     assert by[alive].lost < by[alive].sent
+
+
+@requires_testbed
+@pytest.mark.testbed
+def test_an_active_check_carries_its_probes_by_traced_route(cluster, probing):
+    """A diagnosis engine's active check probes over flows too, traces them,
+    and its windows say how many probes went each way."""
+    from controller.pinglist import Target
+    from probe_agent.check import run_check
+    from probe_agent.trace import in_netns
+
+    lay = cluster.layout
+    target = Target("a", "b", probing.dst_ip, probing.responder.port, True)
+    with in_netns(f"/run/netns/{cluster.container_ns(0)}"):
+        windows = run_check((target,), 1.0, 200.0, {"a": lay.overlay_ip(0, 0)}, {"a": (64, 1024)},
+                            1.0, f"/run/netns/{cluster.host_ns(0)}", cluster.switch_addresses,
+                            threading.Event(), flows=FLOWS)
+    assert sorted(w.size for w in windows) == [64, 1024]
+    for w in windows:
+        assert {r.route.split(">")[1] for r in w.routes} == {"spine-0", "spine-1"}, w.routes
+        assert sum(r.sent for r in w.routes) == w.sent and w.lost == 0
+        assert w.route in {r.route for r in w.routes}
