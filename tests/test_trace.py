@@ -1,6 +1,7 @@
-"""Paris-style underlay tracing on real namespaces: a host, two routers with
-two equal-cost paths between them, a far host. The trace runs from this
-(root) namespace into the host's, as the sidecar agent does."""
+"""Per-flow tracing without a tunnel, on real namespaces: a host, two
+routers with two equal-cost paths between them, a far host. The probes are
+the host's own packets, so the routers quote them directly; the tracer
+listens in the host's namespace from this (root) one, as the sidecar does."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from probe_agent.trace import Trace, trace, trace_all
+from probe_agent.flowtrace import FlowTracer
+from probe_agent.trace import Trace, in_netns
+from probe_agent.udp import Prober, Responder
 from tests.conftest import requires_testbed
 
 pytestmark = requires_testbed
@@ -44,7 +47,9 @@ def chain() -> Iterator[dict[str, str]]:
         link("r2", "10.91.3.254/24", "b", "10.91.3.2/24", 4)
         for r in ("r1", "r2"):
             sh("ip", "netns", "exec", ns[r], "sysctl", "-qw", "net.ipv4.ip_forward=1",
-               "net.ipv4.icmp_ratelimit=0")
+               "net.ipv4.icmp_ratelimit=0", "net.ipv4.fib_multipath_hash_policy=1",
+               # Answer from the link the packet came in on: the hop says which.
+               "net.ipv4.icmp_errors_use_inbound_ifaddr=1")
         sh("ip", "-n", ns["a"], "route", "add", "default", "via", "10.91.1.254")
         sh("ip", "-n", ns["b"], "route", "add", "default", "via", "10.91.3.254")
         sh("ip", "-n", ns["r1"], "route", "add", "10.91.3.0/24", "nexthop", "via", "10.91.2.2",
@@ -56,41 +61,75 @@ def chain() -> Iterator[dict[str, str]]:
             subprocess.run(["ip", "netns", "del", n], check=False)
 
 
-def test_trace_names_every_router_and_stops_at_the_destination(chain):
-    t = trace("10.91.1.1", "10.91.3.2", netns=f"/var/run/netns/{chain['a']}")
-    assert t.error == "" and t.reached
-    assert len(t.hops) == 2
-    assert t.hops[0] == "10.91.1.254"
-    assert t.hops[1] in ("10.91.2.2", "10.91.2.6")  # the ECMP member this flow hashed onto
-    names = {"10.91.1.254": "r1", "10.91.2.2": "r2", "10.91.2.6": "r2"}
-    assert t.route(names) == "r1>r2"
-    assert t.route({"10.91.1.254": "r1"}) == "", "an unknown router makes the route unknown"
+NAMES = {"10.91.1.254": "r1", "10.91.2.2": "r2", "10.91.2.6": "r2"}
+FLOWS = 16
 
 
-def test_one_flow_keeps_one_path(chain):
-    """Paris tracing: every TTL of one trace used the same 5-tuple, and the
-    same flow traced twice answers the same."""
-    netns = f"/var/run/netns/{chain['a']}"
-    first = trace("10.91.1.1", "10.91.3.2", sport=40001, netns=netns)
-    again = trace("10.91.1.1", "10.91.3.2", sport=40001, netns=netns)
-    assert first.reached and first.hops == again.hops
+class _Flows:
+    """A prober in A over FLOWS flows, a responder in B, a tracer in A."""
+
+    def __init__(self, ns: dict[str, str]) -> None:
+        with in_netns(f"/var/run/netns/{ns['b']}"):
+            self.responder = Responder(["10.91.3.2"], 0)
+        with in_netns(f"/var/run/netns/{ns['a']}"):
+            self.prober = Prober({"a": "10.91.1.1"}, {"a": (64,)}, 10.0, 1.0,
+                                 lambda *a: None, lambda *a: None, flows=FLOWS)
+        self.tracer = FlowTracer(f"/var/run/netns/{ns['a']}", self.prober.trace_token)
+        self.prober.on_trace_reply = self.tracer.replied
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.responder.serve, args=(self.stop,)),
+                        threading.Thread(target=self.prober.run, args=(self.stop,))]
+        for t in self.threads:
+            t.start()
+
+    def trace(self, timeout_s: float = 0.5) -> dict[int, Trace]:
+        p, port = self.prober, self.responder.port
+        return self.tracer.trace_many(
+            [(f, lambda ttl, seq, f=f: p.send_trace("a", f, "10.91.3.2", port, ttl, seq))
+             for f in p.flows["a"]], "10.91.1.1", "10.91.3.2", timeout_s=timeout_s)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        self.prober.close()
+        self.responder.close()
+        self.tracer.close()
 
 
-def test_silent_router_and_bad_namespace_are_results_not_errors(chain):
+@pytest.fixture
+def flows(chain) -> Iterator[_Flows]:
+    f = _Flows(chain)
+    yield f
+    f.close()
+
+
+def test_each_flow_names_every_router_and_stops_at_the_destination(flows):
+    traces = flows.trace()
+    assert sorted(traces) == sorted(flows.prober.flows["a"])
+    for t in traces.values():
+        assert t.error == "" and t.reached and t.tunnel_sport == 0, t
+        assert len(t.hops) == 2 and t.hops[0] == "10.91.1.254"
+        assert t.hops[1] in ("10.91.2.2", "10.91.2.6")  # the ECMP member this flow hashed onto
+        assert t.route(NAMES) == "r1>r2"
+        assert t.route({"10.91.1.254": "r1"}) == "", "an unknown router makes the route unknown"
+    # r1 hashes ports: 16 flows take both of its links (all on one: 2 ** -15).
+    assert {t.hops[1] for t in traces.values()} == {"10.91.2.2", "10.91.2.6"}
+
+
+def test_one_flow_keeps_one_path(flows):
+    """Paris tracing: every TTL of a flow's trace took the flow's 5-tuple,
+    so the same flows traced again answer the same."""
+    first, again = flows.trace(), flows.trace()
+    assert {f: t.hops for f, t in first.items()} == {f: t.hops for f, t in again.items()}
+
+
+def test_silent_router_and_bad_namespace_are_results_not_errors(chain, flows):
     sh("ip", "netns", "exec", chain["r2"], "nft", "add table ip t ; "
        "add chain ip t out { type filter hook output priority 0 ; } ; "
        "add rule ip t out icmp type time-exceeded drop")
-    t = trace("10.91.1.1", "10.91.3.2", timeout_s=0.3, netns=f"/var/run/netns/{chain['a']}")
-    assert t.reached and t.hops[0] == "10.91.1.254" and t.hops[1] is None
-    assert t.route({"10.91.1.254": "r1", "10.91.2.2": "r2", "10.91.2.6": "r2"}) == ""
-    bad = trace("10.91.1.1", "10.91.3.2", netns="/var/run/netns/nt-no-such-namespace")
-    assert isinstance(bad, Trace) and not bad.reached and "no-such-namespace" in bad.error
-
-
-def test_trace_all_traces_each_nic_pair_once(chain):
-    netns = f"/var/run/netns/{chain['a']}"
-    pairs = [("10.91.1.1", "10.91.3.2")] * 3 + [("10.91.1.1", "10.91.1.254")]
-    got = trace_all(pairs, netns, threading.Event(), gap_s=0.0)
-    assert set(got) == {("10.91.1.1", "10.91.3.2"), ("10.91.1.1", "10.91.1.254")}
-    assert got[("10.91.1.1", "10.91.1.254")].reached
-    assert got[("10.91.1.1", "10.91.1.254")].hops == ()
+    for t in flows.trace(timeout_s=0.3).values():
+        assert t.reached and t.hops[0] == "10.91.1.254" and t.hops[1] is None
+        assert t.route(NAMES) == ""
+    with pytest.raises(OSError, match="no-such-namespace"):
+        FlowTracer("/var/run/netns/nt-no-such-namespace", 1)
