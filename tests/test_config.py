@@ -21,6 +21,8 @@ def test_defaults_and_overrides(tmp_path):
     ("[controller]\nwindow_seconds = true\n", "expected int, got bool"),
     ("[controller\n", "malformed TOML"),
     ("[agent]\nbusy_poll_us = -5\n", "agent.busy_poll_us: -5 is negative"),
+    ("[agent]\nflows = 0\n", "agent.flows: 0 is not 1..64"),
+    ("[agent]\ntunnel_port = 70000\n", "agent.tunnel_port: 70000 is no UDP port"),
 ])
 def test_bad_config_is_one_clear_error(tmp_path, text, message):
     p = tmp_path / "c.toml"

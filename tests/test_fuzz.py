@@ -30,6 +30,7 @@ from netskel.errors import InputError
 from netskel.ofdump import DumpError, read_dump
 from netskel.topology import parse_topology
 from probe_agent import wire
+from probe_agent.flowtrace import parse_icmp
 from testbed.layout import Layout, layout_doc
 
 FAST = settings(max_examples=int(__import__("os").environ.get("NETSKEL_FUZZ_EXAMPLES", "60")), deadline=None,
@@ -216,6 +217,14 @@ def test_vswitch_dump_reader_is_total(lines, header):
 def test_probe_wire_decoder_is_total(data):
     p = wire.decode(data)
     assert p is None or (p.size == len(data) and p.kind in (wire.KIND_PROBE, wire.KIND_REPLY))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 65535))
+def test_icmp_quote_reader_is_total(data, tunnel_port):
+    """The route tracer's raw socket hears every ICMP packet the host gets."""
+    q = parse_icmp(data, tunnel_port)
+    assert q is None or (0 <= q.sport < 65536 and 0 <= q.seq < 2**64)
 
 
 # -- every gRPC request, on real servers ------------------------------------------------------
