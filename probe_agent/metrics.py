@@ -19,7 +19,8 @@ VSWITCH_LINES_NOT_UNDERSTOOD = Gauge("netskel_agent_vswitch_lines_not_understood
                                      "Lines of the last virtual-switch dump read as unknowns",
                                      registry=REGISTRY)
 ROUTE_TRACES = Counter("netskel_agent_route_traces_total",
-                       "Underlay route traces by outcome: named (every hop a known switch), "
+                       "Underlay route traces of probe flows by outcome: named (every hop a "
+                       "known switch), "
                        "partial (a hop silent or unknown), failed", ["outcome"], registry=REGISTRY)
 PROBES_SENT = Counter("netskel_probes_sent_total", "Probes sent", ["proto", "size"],
                       registry=REGISTRY)

@@ -386,12 +386,13 @@ class Prober:
     def _receive(self, sock: socket.socket) -> None:
         replies = []
         token, trace_token = self.token, self.trace_token
+        traced = self.on_trace_reply  # once: the tracer may unset it meanwhile
         while (got := _recv(sock)) is not None:
             f = wire.reply_fields(got[0])
             if f is not None and f[1] == token:
                 replies.append((f, got[2], got[3], got[4]))
-            elif f is not None and f[1] == trace_token and self.on_trace_reply is not None:
-                self.on_trace_reply(f[0])
+            elif f is not None and f[1] == trace_token and traced is not None:
+                traced(f[0])
         if self.kernel_stamps and self.kernel_tx:
             self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
         clocks = dict.fromkeys((USER, KERNEL, HARDWARE), 0)
