@@ -58,3 +58,54 @@ def registered_state(topo: Any, ready: bool = False) -> Any:
         if ready:
             state.heartbeat(c.id, True, now=0.0)
     return state
+
+
+class TracedProber:
+    """Our prober over `flows` flows from `src_ip` (namespace `src_ns`), its
+    flow tracer listening in `trace_ns`, a responder at `dst_ip` (`dst_ns`):
+    both serving on their threads until `close`. Hooks as Prober's."""
+
+    def __init__(self, src_ns: str, src_ip: str, dst_ns: str, dst_ip: str, trace_ns: str,
+                 flows: int, rate_hz: float = 10.0, on_sent: Any = None,
+                 on_reply: Any = None) -> None:
+        import threading
+
+        from probe_agent.flowtrace import FlowTracer
+        from probe_agent.trace import in_netns
+        from probe_agent.udp import Prober, Responder
+
+        self.src_ip, self.dst_ip = src_ip, dst_ip
+        with in_netns(dst_ns):
+            self.responder = Responder([dst_ip], 0)
+        with in_netns(src_ns):
+            self.prober = Prober({"a": src_ip}, {"a": (64,)}, rate_hz, 1.0,
+                                 on_sent or (lambda *a: None), on_reply or (lambda *a: None),
+                                 flows=flows)
+        self.tracer = FlowTracer(trace_ns, self.prober.trace_token)
+        self.prober.on_trace_reply = self.tracer.replied
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.responder.serve, args=(self.stop,)),
+                        threading.Thread(target=self.prober.run, args=(self.stop,))]
+        for t in self.threads:
+            t.start()
+
+    def send(self, flow: int, ttl: int, seq: int) -> None:
+        self.prober.send_trace("a", flow, self.dst_ip, self.responder.port, ttl, seq)
+
+    def trace(self, flow: int) -> Any:
+        return self.tracer.trace(lambda ttl, seq: self.send(flow, ttl, seq),
+                                 self.src_ip, self.dst_ip)
+
+    def trace_all(self, timeout_s: float = 0.5) -> dict[int, Any]:
+        """Every flow at once, as the agent traces a target's flows."""
+        return self.tracer.trace_many(
+            [(f, lambda ttl, seq, f=f: self.send(f, ttl, seq)) for f in self.prober.flows["a"]],
+            self.src_ip, self.dst_ip, timeout_s=timeout_s)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        self.prober.close()
+        self.responder.close()
+        self.tracer.close()

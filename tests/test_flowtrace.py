@@ -15,15 +15,15 @@ from collections.abc import Iterator
 import pytest
 
 from probe_agent import wire
-from probe_agent.flowtrace import VXLAN_PORT, FlowTracer, parse_icmp
-from probe_agent.udp import Prober, ProbeTarget, Responder
+from probe_agent.flowtrace import VXLAN_PORT, parse_icmp
+from probe_agent.udp import ProbeTarget
 from probe_agent.window import WindowAccumulator
 from testbed import faults
 from testbed.cluster import Cluster, create_cluster
 from testbed.layout import Layout
 from testbed.sh import run
 from tests.conftest import requires_testbed
-from tests.helpers import wait_for
+from tests.helpers import TracedProber, wait_for
 
 TOKEN = 0x1122334455667788
 
@@ -108,30 +108,18 @@ def cluster() -> Iterator[Cluster]:
     assert c.destroy() == []
 
 
-class _Probing:
-    """Our prober in container 0 probing container 2 over FLOWS flows, its
-    tracer in host 0; a responder in container 2."""
+class _Probing(TracedProber):
+    """Our prober in container 0 probing container 2 over FLOWS flows at
+    200/s, its tracer in host 0, its probes counted by flow in one window."""
 
     def __init__(self, c: Cluster) -> None:
-        from probe_agent.trace import in_netns
-
         lay = c.layout
-        self.dst_ip = lay.overlay_ip(2, 0)
         self.acc = WindowAccumulator(window_s=1000, timeout_s=1)
         self.lock = threading.Lock()
         self.sent, self.want, self.enough = 0, 0, threading.Event()
-        with in_netns(f"/run/netns/{c.container_ns(2)}"):
-            self.responder = Responder([self.dst_ip], 0)
-        with in_netns(f"/run/netns/{c.container_ns(0)}"):
-            self.prober = Prober({"a": lay.overlay_ip(0, 0)}, {"a": (64,)}, 200.0, 1.0,
-                                 self._sent, self._replied, flows=FLOWS)
-        self.tracer = FlowTracer(f"/run/netns/{c.host_ns(0)}", self.prober.trace_token)
-        self.prober.on_trace_reply = self.tracer.replied
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self.responder.serve, args=(self.stop,)),
-                        threading.Thread(target=self.prober.run, args=(self.stop,))]
-        for t in self.threads:
-            t.start()
+        super().__init__(f"/run/netns/{c.container_ns(0)}", lay.overlay_ip(0, 0),
+                         f"/run/netns/{c.container_ns(2)}", lay.overlay_ip(2, 0),
+                         f"/run/netns/{c.host_ns(0)}", FLOWS, 200.0, self._sent, self._replied)
 
     def _sent(self, src: str, dst: str, size: int, t: float, flow: int) -> None:
         with self.lock:
@@ -143,18 +131,6 @@ class _Probing:
     def _replied(self, src: str, dst: str, size: int, t: float, rtt: float, flow: int) -> None:
         with self.lock:
             self.acc.replied(src, dst, size, t, rtt, "kernel", flow)
-
-    def trace(self, flow: int):  # noqa: ANN201 - a Trace
-        return self.tracer.trace(lambda ttl, seq: self.prober.send_trace(
-            "a", flow, self.dst_ip, self.responder.port, ttl, seq), "a", "b")
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=5)
-        self.prober.close()
-        self.responder.close()
-        self.tracer.close()
 
 
 @pytest.fixture
@@ -181,12 +157,8 @@ def test_each_flow_is_traced_on_the_path_its_packets_take(cluster, probing):
     names = cluster.switch_addresses
     routes = {}
     seq = 1 << 40
-    p = probing.prober
-    traces = probing.tracer.trace_many(  # all flows at once, as the agent traces a target's
-        [(flow, lambda ttl, s, flow=flow: p.send_trace("a", flow, probing.dst_ip,
-                                                        probing.responder.port, ttl, s))
-         for flow in p.flows["a"]], "a", "b")
-    assert sorted(traces) == sorted(p.flows["a"])
+    traces = probing.trace_all()
+    assert sorted(traces) == sorted(probing.prober.flows["a"])
     for flow, tr in traces.items():
         assert tr.reached and not tr.error and tr.tunnel_sport, tr
         route = routes[flow] = tr.route(names)

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from probe_agent.flowtrace import FlowTracer
-from probe_agent.trace import Trace, in_netns
-from probe_agent.udp import Prober, Responder
 from tests.conftest import requires_testbed
+from tests.helpers import TracedProber
 
 pytestmark = requires_testbed
 
@@ -65,47 +63,17 @@ NAMES = {"10.91.1.254": "r1", "10.91.2.2": "r2", "10.91.2.6": "r2"}
 FLOWS = 16
 
 
-class _Flows:
-    """A prober in A over FLOWS flows, a responder in B, a tracer in A."""
-
-    def __init__(self, ns: dict[str, str]) -> None:
-        with in_netns(f"/var/run/netns/{ns['b']}"):
-            self.responder = Responder(["10.91.3.2"], 0)
-        with in_netns(f"/var/run/netns/{ns['a']}"):
-            self.prober = Prober({"a": "10.91.1.1"}, {"a": (64,)}, 10.0, 1.0,
-                                 lambda *a: None, lambda *a: None, flows=FLOWS)
-        self.tracer = FlowTracer(f"/var/run/netns/{ns['a']}", self.prober.trace_token)
-        self.prober.on_trace_reply = self.tracer.replied
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self.responder.serve, args=(self.stop,)),
-                        threading.Thread(target=self.prober.run, args=(self.stop,))]
-        for t in self.threads:
-            t.start()
-
-    def trace(self, timeout_s: float = 0.5) -> dict[int, Trace]:
-        p, port = self.prober, self.responder.port
-        return self.tracer.trace_many(
-            [(f, lambda ttl, seq, f=f: p.send_trace("a", f, "10.91.3.2", port, ttl, seq))
-             for f in p.flows["a"]], "10.91.1.1", "10.91.3.2", timeout_s=timeout_s)
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=5)
-        self.prober.close()
-        self.responder.close()
-        self.tracer.close()
-
-
 @pytest.fixture
-def flows(chain) -> Iterator[_Flows]:
-    f = _Flows(chain)
+def flows(chain) -> Iterator[TracedProber]:
+    """A prober in A over FLOWS flows, a responder in B, the tracer in A."""
+    f = TracedProber(f"/var/run/netns/{chain['a']}", "10.91.1.1", f"/var/run/netns/{chain['b']}",
+                     "10.91.3.2", f"/var/run/netns/{chain['a']}", FLOWS)
     yield f
     f.close()
 
 
 def test_each_flow_names_every_router_and_stops_at_the_destination(flows):
-    traces = flows.trace()
+    traces = flows.trace_all()
     assert sorted(traces) == sorted(flows.prober.flows["a"])
     for t in traces.values():
         assert t.error == "" and t.reached and t.tunnel_sport == 0, t
@@ -120,7 +88,7 @@ def test_each_flow_names_every_router_and_stops_at_the_destination(flows):
 def test_one_flow_keeps_one_path(flows):
     """Paris tracing: every TTL of a flow's trace took the flow's 5-tuple,
     so the same flows traced again answer the same."""
-    first, again = flows.trace(), flows.trace()
+    first, again = flows.trace_all(), flows.trace_all()
     assert {f: t.hops for f, t in first.items()} == {f: t.hops for f, t in again.items()}
 
 
@@ -128,7 +96,7 @@ def test_silent_router_and_bad_namespace_are_results_not_errors(chain, flows):
     sh("ip", "netns", "exec", chain["r2"], "nft", "add table ip t ; "
        "add chain ip t out { type filter hook output priority 0 ; } ; "
        "add rule ip t out icmp type time-exceeded drop")
-    for t in flows.trace(timeout_s=0.3).values():
+    for t in flows.trace_all(timeout_s=0.3).values():
         assert t.reached and t.hops[0] == "10.91.1.254" and t.hops[1] is None
         assert t.route(NAMES) == ""
     with pytest.raises(OSError, match="no-such-namespace"):
