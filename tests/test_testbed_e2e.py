@@ -313,7 +313,8 @@ def test_active_check_finds_a_large_packet_drop_within_15s(dep):
     assert took <= 15, f"answered in {took:.1f} s"
     assert resp.verdict == dpb.NETWORK_FAULT
     bad = {(v.pair.a, v.pair.b) for v in resp.pairs if v.verdict == dpb.NETWORK_FAULT}
-    assert bad == set(crossing)
+    assert bad == set(crossing), {f"{v.pair.a}|{v.pair.b}": v.reason for v in resp.pairs
+                                  if (v.pair.a, v.pair.b) in bad ^ set(crossing)}
     for v in resp.pairs:
         if (v.pair.a, v.pair.b) in bad:  # small probes pass, large ones do not
             assert "1024 B" in v.reason and "64 B:" not in v.reason and "256 B" not in v.reason, \
