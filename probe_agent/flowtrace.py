@@ -160,15 +160,20 @@ class FlowTracer:
         self._wake_w.setblocking(False)
         self._lock = threading.Lock()
         self._replied: list[int] = []
+        self._closed = False
         self._seq = 0
 
     def replied(self, seq: int) -> None:
+        """Never raises: the prober calls it, and an echo may come back
+        after the tracer closed (the prober read the hook just before)."""
         with self._lock:
+            if self._closed:
+                return
             self._replied.append(seq)
-        try:
-            self._wake_w.send(b"x")
-        except BlockingIOError:  # the tracer has wake-ups pending already
-            pass
+            try:
+                self._wake_w.send(b"x")
+            except OSError:  # BlockingIOError: the tracer has wake-ups pending already
+                pass
 
     def _drain(self) -> list[Quote]:
         out: list[Quote] = []
@@ -248,6 +253,8 @@ class FlowTracer:
         return {key: st.result(src_ip, dst_ip, max_hops) for key, st in states.items()}
 
     def close(self) -> None:
-        self.raw.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        with self._lock:
+            self._closed = True
+            self.raw.close()
+            self._wake_r.close()
+            self._wake_w.close()

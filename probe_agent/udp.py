@@ -392,7 +392,10 @@ class Prober:
             if f is not None and f[1] == token:
                 replies.append((f, got[2], got[3], got[4]))
             elif f is not None and f[1] == trace_token and traced is not None:
-                traced(f[0])
+                try:
+                    traced(f[0])
+                except Exception as e:  # a trace's bookkeeping must never stop the probing
+                    log.warning("trace reply hook failed: %s: %s", type(e).__name__, e)
         if self.kernel_stamps and self.kernel_tx:
             self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
         clocks = dict.fromkeys((USER, KERNEL, HARDWARE), 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import select
 import socket
 import struct
 import threading
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from probe_agent import wire
-from probe_agent.flowtrace import VXLAN_PORT, parse_icmp
+from probe_agent.flowtrace import VXLAN_PORT, FlowTracer, parse_icmp
 from probe_agent.udp import ProbeTarget
 from probe_agent.window import WindowAccumulator
 from testbed import faults
@@ -94,6 +95,40 @@ def test_short_quotes_other_icmp_and_garbage_are_none_never_an_error():
         got = parse_icmp(bytes(junk))
         assert got is None or got.seq >= 0
         assert parse_icmp(bytes(rng.randrange(256) for _ in range(rng.randint(0, 200)))) is None
+
+
+def test_an_echo_after_the_tracer_closed_is_ignored():
+    """The prober reads the reply hook, then the tracer closes, then the
+    echo comes: the hook must not raise (it killed the check's prober
+    thread, and the check judged pairs on the few probes it had sent)."""
+    tracer = FlowTracer(None, TOKEN)
+    tracer.replied(1)
+    tracer.close()
+    tracer.replied(2)
+    assert tracer._replied == [1], "the late echo is dropped, not queued"
+
+
+def test_a_failing_trace_hook_does_not_stop_the_prober():
+    """Whatever the hook does, the prober goes on reading and probing."""
+    from probe_agent.udp import Prober
+
+    got = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as peer:
+        peer.bind(("127.0.0.1", 0))
+        p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, 10.0, 1.0, lambda *a: None,
+                   lambda *a: got.append(a), on_trace_reply=lambda seq: 1 / 0)
+        try:
+            for token in (p.trace_token, p.token):
+                buf = wire.probe_buffer(wire.MIN_SIZE)
+                wire.fill_probe(buf, 7, token, 1)
+                p._inflight[7] = [("a", "b"), 64, 1, 0, 0, p.flows["a"][0]]
+                peer.sendto(wire.reply_to(bytes(buf), 0), p.flow_sockets["a"][0].getsockname())
+                wait_for(lambda: select.select([p.flow_sockets["a"][0]], [], [], 0)[0], 5,
+                         "the reply to arrive")
+                p._receive(p.flow_sockets["a"][0])
+        finally:
+            p.close()
+    assert len(got) == 1, "the probe's reply after the failed hook was read"
 
 
 # -- on a cluster -------------------------------------------------------------
