@@ -146,8 +146,8 @@ class _Flow:
 
 
 class FlowTracer:
-    """Traces flows one at a time from one thread; `replied` is called from
-    the prober's thread when a trace packet's echo comes back."""
+    """Traces from one thread, a pair's flows at a time; `replied` is called
+    from the prober's thread when a trace packet's echo comes back."""
 
     def __init__(self, netns: str | None, token: int, tunnel_port: int = VXLAN_PORT) -> None:
         with in_netns(netns):
