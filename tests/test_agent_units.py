@@ -231,7 +231,8 @@ def test_prober_reads_replies_late_yet_measures_them_from_kernel_stamps():
 
     stop = threading.Event()
     r = Responder(["127.0.0.1"], 0)
-    threading.Thread(target=r.serve, args=(stop,), daemon=True).start()
+    serving = threading.Thread(target=r.serve, args=(stop,), daemon=True)
+    serving.start()
     got: list[tuple[float, float, float]] = []  # (t_send_s, read at, rtt_us)
     done = threading.Event()
 
@@ -242,7 +243,8 @@ def test_prober_reads_replies_late_yet_measures_them_from_kernel_stamps():
 
     p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, 2.0, 1.0, lambda *a: None, on_reply)
     p.set_targets([ProbeTarget("a", "b", "127.0.0.1", r.port)])
-    threading.Thread(target=p.run, args=(stop,), daemon=True).start()
+    threads = [threading.Thread(target=p.run, args=(stop,), daemon=True), serving]
+    threads[0].start()
     try:
         assert done.wait(20), f"{len(got)} replies"
         if not p.kernel_stamps:
@@ -253,6 +255,8 @@ def test_prober_reads_replies_late_yet_measures_them_from_kernel_stamps():
         assert max(rtt for _, _, rtt in got) < 20_000  # a loopback RTT, not the wait
     finally:
         stop.set()
+        for t in threads:  # closed under a thread still selecting, its socket raises
+            t.join()
         r.close()
         p.close()
 
