@@ -5,7 +5,6 @@ regular prober (own sockets) instead of queueing behind it."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -15,7 +14,7 @@ from controller.pinglist import Target
 from netskel.model import WindowStats
 from probe_agent import flowtrace
 from probe_agent.udp import Prober, ProbeTarget
-from probe_agent.window import NO_RTT, clock_name, clock_rank, main_route, route_stats, summarize
+from probe_agent.window import NO_RTT, clock_name, clock_rank, summarize_flows
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, int]  # (src, dst, size)
@@ -97,13 +96,10 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     out = []
     with lock:
         for (src, dst, size), by_flow in sorted(sent.items()):
-            got = rtts.get((src, dst, size), {})
-            w = summarize(src, dst, start, end, size, sum(by_flow.values()),
-                          [r for flow, n in by_flow.items() for r in got.get(flow, [])[:n]],
-                          clock=clock_name(ranks.get((src, dst, size), NO_RTT)))
-            by_route = route_stats(src, dst, by_flow, got, route_of)
-            out.append(dataclasses.replace(w, route=main_route(by_route), routes=by_route)
-                       if by_route else w)
+            k = (src, dst, size)
+            out.append(summarize_flows(src, dst, start, end, size, by_flow, rtts.get(k, {}),
+                                       clock=clock_name(ranks.get(k, NO_RTT)),
+                                       route_of=route_of))
     return out
 
 

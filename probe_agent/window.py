@@ -95,6 +95,18 @@ def summarize(src: str, dst: str, start: float, end: float, size: int, sent: int
                        clock=clock)
 
 
+def summarize_flows(src: str, dst: str, start: float, end: float, size: int,
+                    sent: dict[int, int], rtts: dict[int, list[float]], proto: str = "udp",
+                    clock: str = "", route_of: RouteOf | None = None) -> WindowStats:
+    """`summarize` of probes kept by flow (sent and RTTs per flow; a flow's
+    RTTs beyond its sends are not counted); with `route_of`, the window
+    also carries them by their flows' traced routes."""
+    got = [r for flow, n in sent.items() for r in rtts.get(flow, [])[:n]]
+    w = summarize(src, dst, start, end, size, sum(sent.values()), got, proto, clock)
+    routes = route_stats(src, dst, sent, rtts, route_of) if route_of is not None else ()
+    return dataclasses.replace(w, route=main_route(routes), routes=routes) if routes else w
+
+
 class WindowAccumulator:
     def __init__(self, window_s: float, timeout_s: float, proto: str = "udp") -> None:
         if window_s <= 0 or timeout_s <= 0:
@@ -132,12 +144,6 @@ class WindowAccumulator:
             idx, src, dst, size = k
             acc = self._acc.pop(k)
             start = idx * self.window_s
-            rtts = [r for flow, n in acc.sent.items() for r in acc.rtts.get(flow, [])[:n]]
-            w = summarize(src, dst, start, start + self.window_s, size, sum(acc.sent.values()),
-                          rtts, self.proto, clock_name(acc.clock))
-            if route_of is not None:
-                routes = route_stats(src, dst, acc.sent, acc.rtts, route_of)
-                if routes:
-                    w = dataclasses.replace(w, route=main_route(routes), routes=routes)
-            out.append(w)
+            out.append(summarize_flows(src, dst, start, start + self.window_s, size, acc.sent,
+                                       acc.rtts, self.proto, clock_name(acc.clock), route_of))
         return out
