@@ -24,11 +24,12 @@ def analyze_files(topology: str | Path, probes: str | Path, window_s: float = 30
     topo = load_topology(topology)
     say("reading probe records", 0, 0)
     records = read_probe_records(probes, topo)
-    bad, routes = unplaceable_routes(records, topo) if warn is not None else ([], 0)
-    if bad and warn is not None:
-        warn(f"{probes}: column 'route': {len(bad)} of {routes} distinct routes name switches "
-             f"or links the topology does not have (first: '{bad[0]}'; a route is switch ids "
-             "joined by '>'); only the links it has are used")
+    if warn is not None:  # checked only for someone who hears it
+        bad, routes = unplaceable_routes(records, topo)
+        if bad:
+            warn(f"{probes}: column 'route': {len(bad)} of {routes} distinct routes name "
+                 f"switches or links the topology does not have (first: '{bad[0]}'; a route is "
+                 "switch ids joined by '>'); only the links it has are used")
     engine = Analyzer(topo, cfg or AnalyzerConfig())
     say(f"{len(records)} records -> {window_s:g} s windows", 0, 0)
     # Windows computed from checked records, as columns; no charts offline.

@@ -272,11 +272,7 @@ class Agent:
             if self.stop_event.is_set():
                 return routes
 
-            def sender(flow: int, t: ProbeTarget = t) -> flowtrace.Send:
-                return lambda ttl, seq: prober.send_trace(t.src, flow, t.dst_ip, t.dst_port,
-                                                          ttl, seq)
-
-            traces = tracer.trace_many([(flow, sender(flow)) for flow in prober.flows[t.src]],
+            traces = tracer.trace_many(prober.flow_senders(t.src, t.dst_ip, t.dst_port),
                                        t.src, t.dst)
             for flow, tr in traces.items():
                 route = tr.route(names)

@@ -62,9 +62,8 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
             for t in mine:
                 if stop.is_set() or done.is_set():
                     return
-                traces = tracer.trace_many(
-                    [(flow, _sender(prober, t, flow)) for flow in prober.flows[t.src]],
-                    t.src, t.dst)
+                traces = tracer.trace_many(prober.flow_senders(t.src, t.dst_ip, t.dst_port),
+                                           t.src, t.dst)
                 for flow, tr in traces.items():
                     routes[(t.src, t.dst, flow)] = tr.route(switch_names)
         finally:
@@ -102,6 +101,3 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
                                        route_of=route_of))
     return out
 
-
-def _sender(prober: Prober, t: Target, flow: int) -> flowtrace.Send:
-    return lambda ttl, seq: prober.send_trace(t.src, flow, t.dst_ip, t.dst_port, ttl, seq)

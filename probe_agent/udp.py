@@ -373,6 +373,14 @@ class Prober:
         sock.sendmsg([packet], [(socket.IPPROTO_IP, socket.IP_TTL, struct.pack("@i", ttl))], 0,
                      (dst_ip, dst_port))
 
+    def flow_senders(self, src: str, dst_ip: str, dst_port: int
+                     ) -> list[tuple[int, Callable[[int, int], None]]]:
+        """(flow, send(ttl, seq)) for each of `src`'s flows towards a target:
+        what a FlowTracer traces a target's flows with."""
+        def sender(flow: int) -> Callable[[int, int], None]:
+            return lambda ttl, seq: self.send_trace(src, flow, dst_ip, dst_port, ttl, seq)
+        return [(flow, sender(flow)) for flow in self.flows[src]]
+
     def _sent_stamps(self, sock: socket.socket) -> None:
         """Attach the kernel's send stamps to their probes in flight."""
         for data, software, hardware in _tx_stamps(sock):

@@ -99,7 +99,7 @@ class TracedProber:
     def trace_all(self, timeout_s: float = 0.5) -> dict[int, Any]:
         """Every flow at once, as the agent traces a target's flows."""
         return self.tracer.trace_many(
-            [(f, lambda ttl, seq, f=f: self.send(f, ttl, seq)) for f in self.prober.flows["a"]],
+            self.prober.flow_senders("a", self.dst_ip, self.responder.port),
             self.src_ip, self.dst_ip, timeout_s=timeout_s)
 
     def close(self) -> None:
@@ -109,3 +109,16 @@ class TracedProber:
         self.prober.close()
         self.responder.close()
         self.tracer.close()
+
+
+def as_seconds_and_timestamps(table: Any, tz: str | None = None) -> list[tuple[str, Any]]:
+    """The table's `ts` cut to whole microseconds, twice: as float64 seconds
+    ("float") and as a Parquet timestamp of those microseconds ("stamp",
+    what pandas writes), the same instants either way."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    at = table.schema.get_field_index("ts")
+    micros = pc.round(pc.multiply(table["ts"], 1e6)).cast(pa.int64())
+    return [("float", table.set_column(at, "ts", pc.divide(micros.cast(pa.float64()), 1e6))),
+            ("stamp", table.set_column(at, "ts", micros.cast(pa.timestamp("us", tz=tz))))]

@@ -219,9 +219,8 @@ def test_active_check_overrules_state_and_localizes_what_it_measured(engine):
     via0, via1 = CROSS[:2], CROSS[2:]
 
     def check(a, b, spine, size, lost):
-        route = f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
         return WindowStats(LAY.endpoint(a, 0), LAY.endpoint(b, 0), now - 4, now - 1, size, 60,
-                           lost, 10, 12, 13, 14, 13, 1, 20, route=route)
+                           lost, 10, 12, 13, 14, 13, 1, 20, route=spine_route(a, b, spine))
     windows = ([check(a, b, 0, s, 20 if s == 1024 else 0) for a, b in via0 for s in (64, 1024)]
                + [check(a, b, 1, s, 0) for a, b in via1 for s in (64, 1024)])
     out = engine.judge_check(windows, now)
@@ -262,9 +261,8 @@ def test_route_traced_from_the_far_end_accuses_only_links_it_crossed(engine):
     topo = parse_topology(layout_doc(LAY))
 
     def check(a, b, spine, size, lost):  # traced and probed from b, the higher id
-        route = f"{LAY.tor(0, LAY.tor_index(b))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(a))}"
         return WindowStats(LAY.endpoint(b, 0), LAY.endpoint(a, 0), now - 4, now - 1, size, 60,
-                           lost, 10, 12, 13, 14, 13, 1, 20, route=route)
+                           lost, 10, 12, 13, 14, 13, 1, 20, route=spine_route(b, a, spine))
     windows = ([check(a, b, 0, s, 20 if s == 1024 else 0) for a, b in CROSS[:2] for s in (64, 1024)]
                + [check(a, b, 1, s, 0) for a, b in CROSS[2:] for s in (64, 1024)])
     out = engine.judge_check(windows, now)

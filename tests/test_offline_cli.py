@@ -14,6 +14,7 @@ from analyzer.records import ProbeRecords
 from analyzer.windows import compute_windows
 from netskel.cli import main
 from netskel.topology import parse_topology
+from tests.helpers import as_seconds_and_timestamps
 
 CONTRACTS = Path(__file__).resolve().parents[2] / "shared" / "contracts"
 
@@ -133,15 +134,10 @@ def test_analyze_warns_of_routes_the_topology_cannot_place(tmp_path, topo_file, 
 def test_analyze_reads_a_timestamp_column_as_the_seconds_it_holds(tmp_path, topo_file, topo_doc):
     """Probe times as a timestamp type (pandas writes them so) are the same
     instants: the same incidents as from float64 seconds."""
-    import pyarrow.compute as pc
-
     _, pairs = probe_table(topo_doc, seconds=1, rate=1)  # the probed pairs
     table, _ = probe_table(topo_doc, lossy_pair=pairs[0], seconds=120, rate=5)
-    at = table.schema.get_field_index("ts")
-    micros = pc.round(pc.multiply(table["ts"], 1e6)).cast(pa.int64())
     docs = []
-    for name, t in (("float", table.set_column(at, "ts", pc.divide(micros.cast(pa.float64()), 1e6))),
-                    ("stamp", table.set_column(at, "ts", micros.cast(pa.timestamp("us"))))):
+    for name, t in as_seconds_and_timestamps(table):
         pq.write_table(t, tmp_path / f"{name}.parquet")
         out = tmp_path / f"{name}.json"
         assert main(["analyze", "--topology", str(topo_file), "--probes",

@@ -19,6 +19,7 @@ from netskel.cli import main
 from netskel.model import pair_key
 from netskel.simulate import JobShape, Noise, simulate
 from netskel.topology import parse_topology
+from tests.helpers import as_seconds_and_timestamps
 
 # Three minutes of counters: about thirty iterations of the realistic simulator.
 RECORDING = Noise(duration_s=180)
@@ -200,16 +201,11 @@ def test_infer_bad_input(tmp_path, capsys, break_it, message):
 def test_infer_reads_a_timestamp_column_as_the_seconds_it_holds(tmp_path):
     """A table written from pandas carries its times as a timestamp type:
     the same instants as float64 seconds, the same skeleton."""
-    import pyarrow.compute as pc
-
     topo_doc, table, _ = simulate([JobShape("job7", dp=2, tp=8, pp=2)],
                                   Noise(duration_s=60), seed=2)
     (tmp_path / "t.json").write_text(json.dumps(topo_doc))
-    at = table.schema.get_field_index("ts")
-    micros = pc.round(pc.multiply(table["ts"], 1e6)).cast(pa.int64())
     docs = []
-    for name, t in (("float", table.set_column(at, "ts", pc.divide(micros.cast(pa.float64()), 1e6))),
-                    ("stamp", table.set_column(at, "ts", micros.cast(pa.timestamp("us", tz="UTC"))))):
+    for name, t in as_seconds_and_timestamps(table, tz="UTC"):
         pq.write_table(t, tmp_path / f"{name}.parquet")
         out = tmp_path / f"{name}.json"
         assert main(["infer", "--topology", str(tmp_path / "t.json"), "--throughput",
