@@ -6,13 +6,16 @@ agents' windows do, so offline and live analysis see the same windows."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analyzer.batch import STAT_FIELDS, WindowBatch
-from analyzer.records import ProbeRecords
 from netskel.arrays import packed_rows, unique_rows_inverse
 from netskel.model import TAIL_SHIFT_US, WindowStats
+
+if TYPE_CHECKING:  # the agent computes its windows here too, without pyarrow
+    from analyzer.records import ProbeRecords
 
 QUANTILES = (0.25, 0.5, 0.75)
 
@@ -90,6 +93,39 @@ def grouped(keys: np.ndarray, rtt: np.ndarray, rtt_sorted: bool = False
     return uniq, group, sent, received, gr, rtt[order][okk], starts, order
 
 
+def rtt_stats(received: np.ndarray, gr: np.ndarray, rt: np.ndarray, starts: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(the contract's RTT statistics of every group, (g, 7) in STAT_FIELDS
+    order, NaN where nothing came back; each group's slow count) from
+    received_by_group's arrays: one pass for all windows, the offline
+    reader's and an agent's alike."""
+    g = len(received)
+    has = received > 0
+    safe_counts = np.maximum(received, 1)
+    safe_starts = np.where(has, starts, 0)
+    stats = np.full((g, len(STAT_FIELDS)), np.nan)
+    slow = np.zeros(g, dtype=np.int64)
+    if not len(rt):
+        return stats, slow
+    col = {f: k for k, f in enumerate(STAT_FIELDS)}
+    sums = np.bincount(gr, weights=rt, minlength=g)
+    mean = sums / safe_counts
+    dev = rt - mean[gr]
+    stats[:, col["rtt_mean"]] = mean
+    stats[:, col["rtt_std"]] = np.sqrt(np.bincount(gr, weights=dev * dev, minlength=g)
+                                       / safe_counts)
+    stats[:, col["rtt_min"]] = rt[safe_starts]
+    stats[:, col["rtt_max"]] = rt[safe_starts + safe_counts - 1]
+    for name, q in zip(("rtt_p25", "rtt_median", "rtt_p75"), QUANTILES, strict=True):
+        stats[:, col[name]] = group_quantiles(rt, safe_starts, safe_counts, q)
+    stats[~has] = np.nan
+    # The slow tail: probes well above their window's own p25 (one slow
+    # path among a pair's flows, while its median stays put).
+    slow = np.bincount(gr, weights=rt >= stats[gr, col["rtt_p25"]] + TAIL_SHIFT_US,
+                       minlength=g).astype(np.int64)
+    return stats, slow
+
+
 def compute_windows_parallel(rec: ProbeRecords, window_s: float = 30.0, parts: int = 2
                              ) -> list[WindowStats]:
     return window_batch_parallel(rec, window_s, parts).windows()
@@ -136,42 +172,15 @@ def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
     keys = np.stack([widx, src_code, dst_code, rec.size, proto_code], axis=1)
     uniq, group, sent, received, gr, rt, starts, order = grouped(keys, rec.rtt_us)
     g = len(uniq)
-    has = received > 0
-    safe_counts = np.maximum(received, 1)
-    safe_starts = np.where(has, starts, 0)
-    stats = np.full((g, len(STAT_FIELDS)), np.nan)
-    slow = np.zeros(g, dtype=np.int64)
-    if len(rt):
-        col = {f: k for k, f in enumerate(STAT_FIELDS)}
-        sums = np.bincount(gr, weights=rt, minlength=g)
-        mean = sums / safe_counts
-        dev = rt - mean[gr]
-        stats[:, col["rtt_mean"]] = mean
-        stats[:, col["rtt_std"]] = np.sqrt(np.bincount(gr, weights=dev * dev, minlength=g)
-                                           / safe_counts)
-        stats[:, col["rtt_min"]] = rt[safe_starts]
-        stats[:, col["rtt_max"]] = rt[safe_starts + safe_counts - 1]
-        for name, q in zip(("rtt_p25", "rtt_median", "rtt_p75"), QUANTILES, strict=True):
-            stats[:, col[name]] = group_quantiles(rt, safe_starts, safe_counts, q)
-        stats[~has] = np.nan
-        # The slow tail: probes well above their window's own p25 (one slow
-        # path among a pair's flows, while its median stays put).
-        slow = np.bincount(gr, weights=rt >= stats[gr, col["rtt_p25"]] + TAIL_SHIFT_US,
-                           minlength=g).astype(np.int64)
-    route = np.full(g, -1, dtype=np.int64)
+    stats, slow = rtt_stats(received, gr, rt, starts)
     route_names: list[str] = []
-    r_ptr = np.zeros(g + 1, dtype=np.int64)
-    r_cols = [np.zeros(0, dtype=np.int64)] * 3 + [np.zeros(0)]
+    code = np.full(n, -1, dtype=np.int64)
     if rec.has_route:
         route_names, code = rec.factorized("route")
         named = np.asarray(route_names + [""], dtype=object)
-        traced = (code >= 0) & (named[code] != "")
-        # In the windows' (group, RTT) order, each route's probes are in RTT
-        # order already: no second RTT sort.
-        rows = np.flatnonzero(traced) if order is None else order[traced[order]]
-        r_ptr, *r_cols = _route_stats(group[rows], code[rows], rec.rtt_us[rows], g,
-                                      rtt_sorted=order is not None)
-        route = _main_route(r_ptr, r_cols[0], r_cols[1], g)
+        code = np.where(named[code] != "", code, -1)
+    route, r_ptr, r_route, r_sent, r_lost, r_median = route_columns(
+        group, code, rec.rtt_us, order, g)
     # One endpoint dictionary for both ends.
     names = sorted(set(src_names) | set(dst_names))
     at = {x: i for i, x in enumerate(names)}
@@ -185,8 +194,24 @@ def window_batch(rec: ProbeRecords, window_s: float = 30.0) -> WindowBatch:
                        # Probe records (contract section 3) name no clock.
                        clocks=[""], clock=np.zeros(len(uniq), dtype=np.int64),
                        route_names=list(route_names), route=route, r_ptr=r_ptr,
-                       r_route=r_cols[0], r_sent=r_cols[1], r_lost=r_cols[2],
-                       r_median=r_cols[3])
+                       r_route=r_route, r_sent=r_sent, r_lost=r_lost, r_median=r_median)
+
+
+def route_columns(group: np.ndarray, code: np.ndarray, rtt: np.ndarray,
+                  order: np.ndarray | None, g: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                             np.ndarray]:
+    """(each window's main route, then its probes by traced route as CSR
+    arrays: row pointer, route code, sent, lost, median RTT) from every
+    probe's window `group` and route `code` (codes numbered by route name;
+    -1: not traced) and `order`, `grouped`'s (group, RTT) row order or None."""
+    traced = code >= 0
+    # In the windows' (group, RTT) order, each route's probes are in RTT
+    # order already: no second RTT sort.
+    rows = np.flatnonzero(traced) if order is None else order[traced[order]]
+    r_ptr, r_route, r_sent, r_lost, r_median = _route_stats(
+        group[rows], code[rows], rtt[rows], g, rtt_sorted=order is not None)
+    return _main_route(r_ptr, r_route, r_sent, g), r_ptr, r_route, r_sent, r_lost, r_median
 
 
 def _main_route(ptr: np.ndarray, code: np.ndarray, sent: np.ndarray, g: int) -> np.ndarray:

@@ -26,7 +26,7 @@ from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.backoff import Backoff
 from netskel.config import AgentConfig
 from netskel.errors import InputError
-from netskel.model import CounterSample, VSwitchDump, WindowStats
+from netskel.model import CounterSample, VSwitchDump
 from netskel.security import Security, aio_channel, channel
 from probe_agent import check, counters, flowtrace, metrics, vswitch, wire
 from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
@@ -174,7 +174,7 @@ class Agent:
                 except queue.Empty:
                     pass
 
-    def _close_windows(self) -> list[WindowStats]:
+    def _close_windows(self) -> WindowBatch:
         routes = self.routes
 
         def route_of(src: str, dst: str, flow: int) -> str:
@@ -182,15 +182,15 @@ class Agent:
 
         with self._acc_lock:
             now = time.time()
-            return [w for acc in self.accs.values() for w in acc.close(now, route_of)]
+            return WindowBatch.concat([acc.close_batch(now, route_of)
+                                       for acc in self.accs.values()])
 
     def _window_loop(self) -> None:
         while not self.stop_event.wait(1.0):
             done = self._close_windows()
-            if done:
+            if len(done):
                 self._enqueue(pb.AgentReport(container=self.cfg.container,
-                                             windows=serde.window_batch_to_pb(
-                                                 WindowBatch.from_windows(done))))
+                                             windows=serde.window_batch_to_pb(done)))
 
     def _counter_loop(self) -> None:
         ifaces = {e.id: e.ifname for e in self.endpoints if e.ifname}

@@ -14,7 +14,7 @@ from controller.pinglist import Target
 from netskel.model import WindowStats
 from probe_agent import flowtrace
 from probe_agent.udp import Prober, ProbeTarget
-from probe_agent.window import NO_RTT, clock_name, clock_rank, summarize_flows
+from probe_agent.window import FlowProbes, clock_rank, summarize_windows
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, int]  # (src, dst, size)
@@ -28,22 +28,20 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     (probe_agent/flowtrace.py) when the host namespace is given: the
     windows carry their probes by route."""
     mine = tuple(t for t in targets if t.src in sources)
-    sent: dict[Key, dict[int, int]] = defaultdict(dict)  # by flow
-    rtts: dict[Key, dict[int, list[float]]] = defaultdict(dict)
-    ranks: dict[Key, int] = defaultdict(lambda: NO_RTT)  # clock_rank
+    probes: dict[Key, FlowProbes] = defaultdict(FlowProbes)
     lock = threading.Lock()
 
     def on_sent(src: str, dst: str, size: int, _t: float, flow: int) -> None:
         with lock:
-            by_flow = sent[(src, dst, size)]
+            by_flow = probes[(src, dst, size)].sent
             by_flow[flow] = by_flow.get(flow, 0) + 1
 
     def on_reply(src: str, dst: str, size: int, _t: float, rtt_us: float, flow: int) -> None:
         if 0 <= rtt_us <= timeout_s * 1e6:
             with lock:
-                k = (src, dst, size)
-                rtts[k].setdefault(flow, []).append(rtt_us)
-                ranks[k] = min(ranks[k], clock_rank(prober.timestamping))  # this RTT's clock
+                acc = probes[(src, dst, size)]
+                acc.rtts.setdefault(flow, []).append(rtt_us)
+                acc.clock = min(acc.clock, clock_rank(prober.timestamping))  # this RTT's clock
 
     # Every size each round: the per-target rate covers all sizes.
     n_sizes = max(len(sizes.get(t.src, ())) for t in mine) if mine else 1
@@ -92,12 +90,7 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     def route_of(src: str, dst: str, flow: int) -> str:
         return routes.get((src, dst, flow), "")
 
-    out = []
     with lock:
-        for (src, dst, size), by_flow in sorted(sent.items()):
-            k = (src, dst, size)
-            out.append(summarize_flows(src, dst, start, end, size, by_flow, rtts.get(k, {}),
-                                       clock=clock_name(ranks.get(k, NO_RTT)),
-                                       route_of=route_of))
-    return out
-
+        return summarize_windows([(start, end, src, dst, size, acc)
+                                  for (src, dst, size), acc in sorted(probes.items())],
+                                 route_of=route_of).windows()

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import math
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +22,7 @@ from probe_agent import wire
 from probe_agent.agent import parse_endpoint, size_classes
 from probe_agent.rdma import rdma_availability
 from probe_agent.udp import Responder, SourceLimit
-from probe_agent.window import WindowAccumulator
+from probe_agent.window import FlowProbes, WindowAccumulator, summarize_windows
 
 
 def test_wire_round_trip_and_garbage():
@@ -79,6 +82,83 @@ def _one_window_without_routes() -> list:
     acc.sent("a", "b", 64, 100.0, 40000)
     acc.replied("a", "b", 64, 100.0, 10.0, "kernel", 40000)
     return acc.close(now=200, route_of=lambda src, dst, flow: "")
+
+
+def _reference_window(sent: dict[int, int], rtts: dict[int, list[float]],
+                      routes: dict[int, str]) -> dict[str, object]:
+    """One window the slow way (numpy per statistic, Python per route), as
+    the agent computed it before its windows were one numpy pass."""
+    got = np.array([r for flow, n in sent.items() for r in rtts.get(flow, [])[:n]])
+    out: dict[str, object] = {"sent": sum(sent.values()), "lost": sum(sent.values()) - len(got)}
+    if len(got):
+        p25, med, p75 = np.percentile(got, [25, 50, 75])
+        out.update(rtt_p25=p25, rtt_median=med, rtt_p75=p75, rtt_min=got.min(),
+                   rtt_mean=got.mean(), rtt_std=got.std(), rtt_max=got.max(),
+                   slow=int(np.count_nonzero(got >= p25 + TAIL_SHIFT_US)))
+    by_route: dict[str, tuple[int, list[float]]] = {}
+    for flow, n in sent.items():
+        if routes[flow]:
+            total, acc = by_route.get(routes[flow], (0, []))
+            by_route[routes[flow]] = (total + n, acc + rtts.get(flow, [])[:n])
+    table = [(r, n, n - len(g), float(np.median(g)) if g else math.nan)
+             for r, (n, g) in sorted(by_route.items())]
+    out["routes"] = table
+    out["route"] = max(table, key=lambda r: r[1])[0] if table else ""
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_windows_in_one_pass_agree_with_the_slow_reference(seed):
+    """Many windows of random shape (flows with no reply, more replies than
+    sends, no send at all, untraced flows, ties between routes) at once,
+    each against what numpy computes for it alone."""
+    rng = np.random.default_rng(seed)
+    paths = ["t0>s0>t1", "t0>s1>t1", "t0>s2>t1", ""]
+    windows, routes, expected = [], {}, {}
+    for i in range(int(rng.integers(1, 80))):
+        acc = FlowProbes()
+        src = f"a{i}"
+        routes[src] = {}
+        for flow in range(40000, 40000 + int(rng.integers(0, 6))):
+            n = int(rng.integers(1, 12))
+            k = int(rng.integers(0, n + 3)) if rng.random() < 0.9 else 0
+            acc.sent[flow] = n
+            acc.rtts[flow] = list(rng.lognormal(3, 0.6, k) + rng.choice([0.0, 100.0], k))
+            routes[src][flow] = paths[int(rng.integers(len(paths)))]
+        windows.append((100.0 * i, 100.0 * i + 10, src, f"b{i % 3}", 64 << (i % 3), acc))
+        if sum(acc.sent.values()):
+            expected[src] = _reference_window(acc.sent, acc.rtts, routes[src])
+    got = {w.src: w for w in summarize_windows(
+        windows, route_of=lambda s, d, f: routes[s].get(f, "")).windows()}
+    assert set(got) == set(expected), "every window with a send, no other"
+    for src, want in expected.items():
+        w = got[src]
+        i = int(src[1:])
+        assert (w.window_start, w.dst, w.size) == (100.0 * i, f"b{i % 3}", 64 << (i % 3))
+        assert (w.sent, w.lost) == (want["sent"], want["lost"])
+        for stat in ("rtt_p25", "rtt_median", "rtt_p75", "rtt_min", "rtt_mean", "rtt_std",
+                     "rtt_max"):
+            if "rtt_median" in want:
+                assert getattr(w, stat) == pytest.approx(want[stat], rel=1e-12, abs=1e-9), stat
+            else:
+                assert math.isnan(getattr(w, stat)), stat
+        assert w.slow == want.get("slow", 0)
+        table = [(r.route, r.sent, r.lost, r.rtt_median) for r in w.routes]
+        assert [t[:3] for t in table] == [t[:3] for t in want["routes"]]
+        assert np.allclose([t[3] for t in table], [t[3] for t in want["routes"]],
+                           rtol=1e-12, equal_nan=True)
+        assert w.route == want["route"]
+        assert w.problem() is None
+
+
+def test_the_agent_loads_no_parquet_reader():
+    """The sidecar shares its container's memory with training: computing
+    its windows with the offline reader's code must not pull in pyarrow
+    (~30 MB resident)."""
+    code = "import sys, probe_agent.agent; print('pyarrow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parent.parent)
+    assert out.stdout.strip() == "False"
 
 
 def test_all_lost_window_has_no_rtt():
