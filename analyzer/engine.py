@@ -54,6 +54,7 @@ DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is wh
 WEAK_CONFIDENCE = 0.5
 # A host is named only where links of several of its NICs failed together:
 # more specific than any one of those links.
+_FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
 _RANK = {"agent": 6, "vswitch_rule": 5, "nic": 4, "host": 3, "switch": 2, "link": 2,
          "endpoint": 0}
 
@@ -174,6 +175,9 @@ class Analyzer:
         self._route_link_cache: dict[tuple[Pair, str, str], tuple[tuple[str, ...], bool]] = {}
         self._flagged_links: set[str] = set()  # lossy or slow by the per-link tests, this window
         self._clean: dict[str, tuple[int, float]] = {}  # open incident -> clean windows, since
+        # Open link or switch incident -> the links and switches its windows
+        # named, with the sum of their confidences: what it is named for (_moves).
+        self._votes: dict[str, dict[tuple[str, str], float]] = {}
         self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
         self._silent: set[str] = set()
         self.overlay = OverlayTables(topo)
@@ -936,8 +940,9 @@ class Analyzer:
             if held is not None:
                 seen_keys.add(held)
                 inc = self.incidents[open_map[held]]
+                self._vote(inc, f)
                 if (_RANK.get(f.component.type, 0) > _RANK.get(inc.component.type, 0)
-                        or self._widens(f, inc)):
+                        or self._widens(f, inc) or self._moves(f, inc)):
                     log.warning("incident %s refined: %s %s -> %s %s", inc.id,
                                 inc.component.type, inc.component.id, f.component.type,
                                 f.component.id)
@@ -996,10 +1001,12 @@ class Analyzer:
                                pairs=list(f.pairs), confidence=f.confidence, evidence=ev)
                 self.incidents[inc.id] = inc
                 open_map[key] = inc.id
+                self._vote(inc, f)
                 log.warning("incident %s opened: %s %s %s (%d pairs)", inc.id, f.symptom,
                             f.component.type, f.component.id, len(f.pairs))
             else:
                 inc = self.incidents[inc_id]
+                self._vote(inc, f)
                 inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
                 inc.confidence = max(inc.confidence, f.confidence)
                 inc.symptom = worst_symptom((inc.symptom, f.symptom))
@@ -1030,9 +1037,34 @@ class Analyzer:
                 inc.end = first_clean[1]
                 del open_map[key]
                 self._clean.pop(inc_id, None)
+                self._votes.pop(inc_id, None)
                 changed.append(inc)
                 log.warning("incident %s closed", inc.id)
         return changed
+
+    def _vote(self, inc: Incident, f: Finding) -> None:
+        """Count a link or switch finding towards the incident it belongs to."""
+        if {f.component.type, inc.component.type} <= _FABRIC:
+            votes = self._votes.setdefault(inc.id, {})
+            key = (f.component.type, f.component.id)
+            votes[key] = votes.get(key, 0.0) + f.confidence
+
+    def _moves(self, f: Finding, inc: Incident) -> bool:
+        """An incident opened on a neighbour of the faulty link or switch:
+        the first window's few failing pairs happened to meet on the wrong
+        link of a switch (a lossy core-spine link's pairs cross one link of
+        the other pod's too), or on one link of a lossy switch. Each
+        window's finding about the incident's pairs is a vote; once a link
+        or switch touching the named one has more of them (confidences
+        summed over the windows) than the name, the incident is renamed in
+        place, its id kept: one incident per fault, named by the weight of
+        its windows rather than by its first."""
+        votes = self._votes.get(inc.id, {})
+        held = (inc.component.type, inc.component.id)
+        key = (f.component.type, f.component.id)
+        return ({f.component.type, inc.component.type} <= _FABRIC
+                and f.confidence >= WEAK_CONFIDENCE and self._related(held, key)
+                and votes.get(key, 0.0) > votes.get(held, 0.0))
 
     def _widens(self, f: Finding, inc: Incident) -> bool:
         """A lossy ToR, named first for one of its links: the first window saw
@@ -1118,6 +1150,16 @@ class Analyzer:
             for k, inc_id in open_map.items():
                 theirs = self.incidents[inc_id].pairs
                 if k[0] == "endpoint" and theirs:
+                    n = sum(1 for p in theirs if self._may_cross(p, key))
+                    if 2 * n >= len(theirs) and n > best_n:
+                        best, best_n = k, n
+        if best is None and f.component.type == "link":
+            # An open incident on a sibling link (one switch between them)
+            # whose pairs mostly may cross this link too: the same fault,
+            # first named where its first few failing pairs met (_moves).
+            for k, inc_id in open_map.items():
+                theirs = self.incidents[inc_id].pairs
+                if k[0] == "link" and theirs and self._related(k, key):
                     n = sum(1 for p in theirs if self._may_cross(p, key))
                     if 2 * n >= len(theirs) and n > best_n:
                         best, best_n = k, n

@@ -605,3 +605,42 @@ def test_entry_links_cache_gathers_what_was_added_in_any_order():
     ptr, ids = cache.gather(at)
     got = [tuple(ids[ptr[k]:ptr[k + 1]].tolist()) for k in range(len(want))]
     assert got == [lists[w] for w in want]
+
+
+def test_a_link_incident_is_renamed_in_place_for_the_sibling_its_windows_name_more(engine):
+    """A lossy spine link's first window may fail a few pairs that meet on
+    its sibling (the other ToR's link to that spine). Later windows name
+    the true link: the incident follows the weight of its windows (their
+    confidences summed), keeps its id and stays one; equal weight does not
+    move it (no flip-flop between twins), nor does any weight move it to a
+    link that shares no switch with the one it names."""
+    from analyzer.localize import Finding
+    from netskel.topology import link_id
+
+    sibling = Component("link", link_id(LAY.spine(0), LAY.tor(0, 0)))
+    true = Component("link", link_id(LAY.spine(0), LAY.tor(0, 1)))
+    apart = Component("link", link_id(LAY.spine(1), LAY.tor(0, 1)))  # no end of `sibling`
+    cross = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in CROSS]
+    first, later = cross[:1], cross[1:]
+
+    def window(k: int, f: Finding) -> None:
+        engine._update_incidents(T0 + k * W, [f], {}, set(f.pairs),
+                                 dict.fromkeys(f.pairs, "loss"), engine._open,
+                                 engine._streak, engine._persist)
+
+    window(0, Finding(sibling, "underlay", "loss", first, 0.9))
+    (inc,) = engine.list_incidents()
+    assert inc.component == sibling
+    window(1, Finding(true, "underlay", "loss", later, 0.9))
+    assert inc.component == sibling, "equal weight: the name stays"
+    window(2, Finding(true, "underlay", "loss", later, 0.9))
+    assert inc.component == true and inc.evidence["refined_from"]["id"] == sibling.id
+    window(3, Finding(sibling, "underlay", "loss", first, 0.8))
+    assert inc.component == true, "1.7 for the sibling against 1.8"
+    window(4, Finding(sibling, "underlay", "loss", first, 0.8))
+    assert inc.component == sibling, "2.5 against 1.8"
+    for k in range(5, 9):
+        window(k, Finding(apart, "underlay", "loss", cross, 1.0))
+    assert inc.component == sibling, "a link apart from it never renames it"
+    assert [i.id for i in engine.list_incidents()] == [inc.id]
+    assert set(inc.pairs) == set(cross)
