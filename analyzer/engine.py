@@ -1153,13 +1153,14 @@ class Analyzer:
                     n = sum(1 for p in theirs if self._may_cross(p, key))
                     if 2 * n >= len(theirs) and n > best_n:
                         best, best_n = k, n
-        if best is None and f.component.type == "link":
-            # An open incident on a sibling link (one switch between them)
-            # whose pairs mostly may cross this link too: the same fault,
-            # first named where its first few failing pairs met (_moves).
+        if best is None and f.component.type in _FABRIC:
+            # An open incident on a touching link or switch (a sibling link
+            # of one switch, a switch's own link) whose pairs mostly may
+            # cross this one too: the same fault, first named where its
+            # first few failing pairs met (_moves).
             for k, inc_id in open_map.items():
                 theirs = self.incidents[inc_id].pairs
-                if k[0] == "link" and theirs and self._related(k, key):
+                if k[0] in _FABRIC and theirs and self._related(k, key):
                     n = sum(1 for p in theirs if self._may_cross(p, key))
                     if 2 * n >= len(theirs) and n > best_n:
                         best, best_n = k, n

@@ -644,3 +644,22 @@ def test_a_link_incident_is_renamed_in_place_for_the_sibling_its_windows_name_mo
     assert inc.component == sibling, "a link apart from it never renames it"
     assert [i.id for i in engine.list_incidents()] == [inc.id]
     assert set(inc.pairs) == set(cross)
+
+
+def test_a_switch_named_by_later_windows_takes_over_its_links_incident(engine):
+    """A lossy spine's first window may name one of its links; later
+    windows name the spine with pairs the first did not have. One incident,
+    renamed to the spine once the spine's windows weigh more."""
+    from analyzer.localize import Finding
+    from netskel.topology import link_id
+
+    link = Component("link", link_id(LAY.spine(0), LAY.tor(0, 0)))
+    spine = Component("switch", LAY.spine(0))
+    cross = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in CROSS]
+    for k, f in enumerate([Finding(link, "underlay", "loss", cross[:1], 0.6),
+                           Finding(spine, "underlay", "loss", cross[1:], 0.8)]):
+        engine._update_incidents(T0 + k * W, [f], {}, set(f.pairs),
+                                 dict.fromkeys(f.pairs, "loss"), engine._open,
+                                 engine._streak, engine._persist)
+    (inc,) = engine.list_incidents()
+    assert inc.component == spine and set(inc.pairs) == set(cross)
