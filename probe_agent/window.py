@@ -57,8 +57,7 @@ class FlowProbes:
     clock: int = NO_RTT  # clock_rank of the least exact RTT so far
 
 
-# One window of one pair and size: (start, end, src, dst, size, its probes
-# by flow, the clock of its RTTs).
+# One window of one pair and size: (start, end, src, dst, size, its probes).
 FlowWindow = tuple[float, float, str, str, int, FlowProbes]
 
 
@@ -66,8 +65,8 @@ def summarize_windows(windows: Sequence[FlowWindow], proto: str = "udp",
                       route_of: RouteOf | None = None) -> WindowBatch:
     """The contract statistics of every window at once, as the offline
     reader computes them from probe records (analyzer/windows.py: one
-    numpy pass, no object per window; a window a small numpy call per
-    statistic cost ~0.4 ms, a fifth of an agent's CPU). A flow's RTTs
+    numpy pass, no object per window; a numpy call per statistic and
+    window cost ~0.4 ms a window, ~10 % of an agent's CPU). A flow's RTTs
     beyond its sends are not counted. With `route_of`, each window also
     carries its probes by their flows' traced routes, and its main route
     (most probes, first by name on a tie). Windows with no send are left
@@ -97,7 +96,8 @@ def summarize_windows(windows: Sequence[FlowWindow], proto: str = "udp",
     stats, slow = rtt_stats(received, gr, rt, starts)
     # Route codes numbered by name: the main route's tie rule reads them so.
     route_names = sorted(routes)
-    by_name = np.array([route_names.index(r) for r in routes] + [-1], dtype=np.int64)
+    rank = {r: i for i, r in enumerate(route_names)}
+    by_name = np.array([rank[r] for r in routes] + [-1], dtype=np.int64)
     code = np.repeat(by_name[np.asarray(flow_route, dtype=np.int64)], per_flow)
     route, r_ptr, r_route, r_sent, r_lost, r_median = route_columns(group, code, rtt, order, n)
     names: dict[str, int] = {}
