@@ -14,7 +14,8 @@ pairs whose endpoints sit on the given hosts, from `start` for `duration`:
 - drift: RTT grows linearly to (1 + `magnitude`) over `duration`, then stays
 - link / switch faults: any of the above on the probes whose flow's path
   crosses `link` or `switch`. Each pair spreads its probes over `flows`
-  flows (round robin), each hashed onto its own ECMP path, as real probes
+  flows (round robin, each flow through every size), each hashed onto its
+  own ECMP path, as real probes
   with several UDP source ports do; a flow's path is written to the `route`
   column only when that flow was traced (`traced_share` of them), and its
   index to `flow` (contract section 3)
@@ -241,7 +242,11 @@ def simulate_probes(topo_doc: dict[str, Any], duration_s: float, faults: list[Pr
     n_per = int(duration_s * nz.rate_hz)
     base_t = np.arange(n_per) / nz.rate_hz
     sizes = np.resize(np.asarray(nz.sizes, dtype=np.int64), n_per)
-    flow_of = np.arange(n_per) % nflows
+    # Each flow through every size, as the agent sends them (probe_agent/
+    # udp.py) and as the development set's routes show (a route's probes in
+    # 2-4 size rows a window): a flow tied to one size is the only flow of
+    # its size row, and its route can never be slower than its row.
+    flow_of = (np.arange(n_per) // max(1, len(nz.sizes))) % nflows
     traced = rng.random((len(pairs), nflows)) < nz.traced_share
     cols: dict[str, list[np.ndarray]] = {"ts": [], "rtt": [], "size": [], "pair": [], "keep": [],
                                          "flow": []}
