@@ -18,6 +18,7 @@ from probe_agent.window import FlowProbes, clock_rank, summarize_windows
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, int]  # (src, dst, size)
+COVER_GRACE_S = 2.0  # how much longer a check may wait for a probe of every pair and size
 
 
 def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
@@ -30,11 +31,15 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     mine = tuple(t for t in targets if t.src in sources)
     probes: dict[Key, FlowProbes] = defaultdict(FlowProbes)
     lock = threading.Lock()
+    wanted = {(t.src, t.dst, s) for t in mine for s in sizes.get(t.src, ())}
+    covered = threading.Event()  # every target has had a probe of every size
 
     def on_sent(src: str, dst: str, size: int, _t: float, flow: int) -> None:
         with lock:
             by_flow = probes[(src, dst, size)].sent
             by_flow[flow] = by_flow.get(flow, 0) + 1
+            if not covered.is_set() and len(probes) >= len(wanted) and wanted <= probes.keys():
+                covered.set()
 
     def on_reply(src: str, dst: str, size: int, _t: float, rtt_us: float, flow: int) -> None:
         if 0 <= rtt_us <= timeout_s * 1e6:
@@ -78,6 +83,10 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
         for th in threads:
             th.start()
         stop.wait(max(duration_s, n_sizes / rate_hz))
+        # A loaded host may start the prober late or starve it: a pair left
+        # without a probe of some size would be judged on its history instead.
+        if not stop.is_set():
+            covered.wait(COVER_GRACE_S)
         prober.set_targets(())  # stop sending; replies in flight still count
         end = time.time()
         stop.wait(timeout_s)

@@ -497,3 +497,29 @@ def test_agent_ignores_a_list_update_older_than_its_list():
         assert a.list_version == 2 and a.targets[("c0/e0", "c1/e0")].active
     finally:
         a.stop(deregister=False)
+
+
+def test_an_active_check_probes_every_pair_at_every_size_before_it_ends():
+    """A check as short as the sizes allow at its rate (4 ms here) over more
+    pairs than a prober can serve in that time: every pair still gets a
+    window of every size, none judged on its history instead (a loaded
+    agent once returned a check with a pair missing)."""
+    from controller.pinglist import Target
+    from probe_agent.check import run_check
+
+    ips = [f"127.41.0.{i + 2}" for i in range(100)]
+    resp = Responder(ips, 0)
+    stop = threading.Event()
+    serving = threading.Thread(target=resp.serve, args=(stop,))
+    serving.start()
+    try:
+        targets = tuple(Target("me", f"t{i}", ip, resp.port, True) for i, ip in enumerate(ips))
+        sizes = (64, 256, 1024, 4096)
+        windows = run_check(targets, 0.0, 1000.0, {"me": "127.41.1.1"}, {"me": sizes}, 0.5, "",
+                            {}, threading.Event(), flows=2)
+    finally:
+        stop.set()
+        serving.join()
+        resp.close()
+    assert {(w.dst, w.size) for w in windows} == {(f"t{i}", s) for i in range(100) for s in sizes}
+    assert all(w.sent >= 1 and w.problem() is None for w in windows)
