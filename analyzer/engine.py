@@ -1147,23 +1147,14 @@ class Analyzer:
         if best is None and f.component.type in ("link", "switch", "host"):
             # An open guess about pairs that mostly may cross this component:
             # the same fault, now located.
-            for k, inc_id in open_map.items():
-                theirs = self.incidents[inc_id].pairs
-                if k[0] == "endpoint" and theirs:
-                    n = sum(1 for p in theirs if self._may_cross(p, key))
-                    if 2 * n >= len(theirs) and n > best_n:
-                        best, best_n = k, n
+            best = self._mostly_crossing(open_map, key, lambda k: k[0] == "endpoint")
         if best is None and f.component.type in _FABRIC:
             # An open incident on a touching link or switch (a sibling link
             # of one switch, a switch's own link) whose pairs mostly may
             # cross this one too: the same fault, first named where its
             # first few failing pairs met (_moves).
-            for k, inc_id in open_map.items():
-                theirs = self.incidents[inc_id].pairs
-                if k[0] in _FABRIC and theirs and self._related(k, key):
-                    n = sum(1 for p in theirs if self._may_cross(p, key))
-                    if 2 * n >= len(theirs) and n > best_n:
-                        best, best_n = k, n
+            best = self._mostly_crossing(
+                open_map, key, lambda k: k[0] in _FABRIC and self._related(k, key))
         if best is None and f.component.type == "endpoint":
             # Pairs nothing explained, most of which may cross an open
             # link's or switch's incident: that fault's unrouted victims.
@@ -1172,6 +1163,19 @@ class Analyzer:
                     n = sum(1 for p in f.pairs if self._may_cross(p, k))
                     if 2 * n >= len(f.pairs) and n > best_n:
                         best, best_n = k, n
+        return best
+
+    def _mostly_crossing(self, open_map: dict[tuple[str, str], str], key: tuple[str, str],
+                         admit: Callable[[tuple[str, str]], bool]) -> tuple[str, str] | None:
+        """Among the open incidents `admit` lets in, the one most of whose
+        pairs may cross component `key`, most such pairs first."""
+        best, best_n = None, 0
+        for k, inc_id in open_map.items():
+            theirs = self.incidents[inc_id].pairs
+            if admit(k) and theirs:
+                n = sum(1 for p in theirs if self._may_cross(p, key))
+                if 2 * n >= len(theirs) and n > best_n:
+                    best, best_n = k, n
         return best
 
     def _may_cross(self, pair: Pair, component: tuple[str, str]) -> bool:

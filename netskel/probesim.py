@@ -15,10 +15,9 @@ pairs whose endpoints sit on the given hosts, from `start` for `duration`:
 - link / switch faults: any of the above on the probes whose flow's path
   crosses `link` or `switch`. Each pair spreads its probes over `flows`
   flows (round robin, each flow through every size), each hashed onto its
-  own ECMP path, as real probes
-  with several UDP source ports do; a flow's path is written to the `route`
-  column only when that flow was traced (`traced_share` of them), and its
-  index to `flow` (contract section 3)
+  own ECMP path, as real probes with several UDP source ports do; a flow's
+  path is written to the `route` column only when that flow was traced
+  (`traced_share` of them), and its index to `flow` (contract section 3)
 - blackhole / loop / nic_offload: overlay faults (see `break_overlay`); the
   pairs whose round trip uses the broken rule lose every probe
 - agent_crash: `endpoint`'s agent neither probes nor answers

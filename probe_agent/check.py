@@ -31,17 +31,19 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     mine = tuple(t for t in targets if t.src in sources)
     probes: dict[Key, FlowProbes] = defaultdict(FlowProbes)
     lock = threading.Lock()
-    wanted = {(t.src, t.dst, s) for t in mine for s in sizes.get(t.src, ())}
+    unsent = {(t.src, t.dst, s) for t in mine for s in sizes.get(t.src, ())}
     covered = threading.Event()  # every target has had a probe of every size
-    if not wanted:
+    if not unsent:
         covered.set()
 
     def on_sent(src: str, dst: str, size: int, _t: float, flow: int) -> None:
         with lock:
             by_flow = probes[(src, dst, size)].sent
             by_flow[flow] = by_flow.get(flow, 0) + 1
-            if not covered.is_set() and len(probes) >= len(wanted) and wanted <= probes.keys():
-                covered.set()
+            if unsent:
+                unsent.discard((src, dst, size))
+                if not unsent:
+                    covered.set()
 
     def on_reply(src: str, dst: str, size: int, _t: float, rtt_us: float, flow: int) -> None:
         if 0 <= rtt_us <= timeout_s * 1e6:

@@ -76,11 +76,13 @@ def summarize_windows(windows: Sequence[FlowWindow], proto: str = "udp",
     if not n:
         return WindowBatch.empty()
     routes: dict[str, int] = {}
-    counts: list[int] = []  # probes per (window, flow), then its RTTs and route
+    counts: list[int] = []  # probes per (window, flow), then its window, RTTs and route
+    flow_row: list[int] = []
     got: list[float] = []
     flow_route: list[int] = []
-    for _, _, a, b, _, acc in windows:
+    for i, (_, _, a, b, _, acc) in enumerate(windows):
         for flow, k in acc.sent.items():
+            flow_row.append(i)
             rtts = acc.rtts.get(flow, [])[:k]
             got.extend(rtts)
             got.extend([math.nan] * (k - len(rtts)))
@@ -88,9 +90,7 @@ def summarize_windows(windows: Sequence[FlowWindow], proto: str = "udp",
             traced = route_of(a, b, flow) if route_of is not None else ""
             flow_route.append(routes.setdefault(traced, len(routes)) if traced else -1)
     per_flow = np.asarray(counts, dtype=np.int64)
-    row = np.repeat(np.arange(n, dtype=np.int64),
-                    np.fromiter((len(w[5].sent) for w in windows), np.int64, n))
-    group = np.repeat(row, per_flow)
+    group = np.repeat(np.asarray(flow_row, dtype=np.int64), per_flow)
     rtt = np.asarray(got, dtype=np.float64)
     _, _, sent, received, gr, rt, starts, order = grouped(group[:, None], rtt)
     stats, slow = rtt_stats(received, gr, rt, starts)
