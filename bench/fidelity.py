@@ -40,7 +40,10 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from probe_agent.udp import Reply
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -132,8 +135,8 @@ def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool,
     stamps: list[str] = []
     done = threading.Event()
 
-    def on_reply(src: str, dst: str, size: int, t: float, rtt_us: float, flow: int) -> None:
-        rtts.append(rtt_us)
+    def on_reply(replies: list[Reply]) -> None:
+        rtts.extend(r[4] for r in replies)
         if len(rtts) >= count:
             done.set()
 

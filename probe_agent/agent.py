@@ -30,7 +30,7 @@ from netskel.model import CounterSample, VSwitchDump
 from netskel.security import Security, aio_channel, channel
 from probe_agent import check, counters, flowtrace, metrics, vswitch, wire
 from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
-from probe_agent.udp import Prober, ProbeTarget, ReplyHook, Responder, SentHook
+from probe_agent.udp import HARDWARE, USER, Prober, ProbeTarget, Reply, ReplyHook, Responder, Sent, SentHook
 from probe_agent.window import WindowAccumulator
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class Agent:
         # probe_agent/rdma.py); every other endpoint and target stays on UDP.
         pingers, addresses, self.rdma_note = ({}, {}, "off by configuration") if cfg.rdma == "off" \
             else open_pingers({e.id: e.ifname for e in self.endpoints},
-                              *self._recorders("rdma"), max(cfg.sizes))
+                              *self._rdma_recorders(), max(cfg.sizes))
         self.rdma = RdmaProber(pingers, cfg.probe_rate_hz, sizes, cfg.probe_timeout_s)
         self.endpoints = tuple(dataclasses.replace(e, rdma_gid=addresses[e.id].gid,
                                                    rdma_qpn=addresses[e.id].qpn)
@@ -140,27 +140,34 @@ class Agent:
     def _recorders(self, proto: str) -> tuple[SentHook, ReplyHook]:
         """A prober's hooks into its protocol's accumulator, looked up at each
         call (registration replaces the accumulators when the controller sets
-        the window length), under the lock the window loop closes them with."""
-        def sent(src: str, dst: str, size: int, t: float, flow: int) -> None:
+        the window length), under the lock the window loop closes them with:
+        one lock per batch of probes."""
+        def sent(events: list[Sent]) -> None:
             with self._acc_lock:
-                self.accs[proto].sent(src, dst, size, t, flow)
+                self.accs[proto].sent_many(events)
 
-        def replied(src: str, dst: str, size: int, t: float, rtt_us: float, flow: int) -> None:
-            clock = self._clock_of(proto, src)
+        def replied(replies: list[Reply]) -> None:
             with self._acc_lock:
-                self.accs[proto].replied(src, dst, size, t, rtt_us, clock, flow)
+                self.accs[proto].replied_many(replies)
 
         return sent, replied
 
-    def _clock_of(self, proto: str, src: str) -> str:
-        """The clock of the RTT just measured from `src`: the UDP prober's
-        (hardware, kernel or user, per reply); an RDMA pinger's is the
+    def _rdma_recorders(self) -> tuple[Callable[[str, str, int, float, int], None],
+                                       Callable[[str, str, int, float, float, int], None]]:
+        """The RDMA pingers report a probe at a time. An RTT's clock is the
         NIC's completion clock where the device has one, else host times
         taken in user space."""
-        if proto == "udp":
-            return self.prober.timestamping
-        pinger = self.rdma.pingers.get(src)
-        return "" if pinger is None else ("hardware" if pinger.hw_clock else "user")
+        sent, replied = self._recorders("rdma")
+
+        def one_sent(src: str, dst: str, size: int, t: float, flow: int) -> None:
+            sent([(src, dst, size, t, flow)])
+
+        def one_reply(src: str, dst: str, size: int, t: float, rtt_us: float, flow: int) -> None:
+            pinger = self.rdma.pingers.get(src)
+            clock = "" if pinger is None else (HARDWARE if pinger.hw_clock else USER)
+            replied([(src, dst, size, t, rtt_us, flow, clock)])
+
+        return one_sent, one_reply
 
     def _enqueue(self, report: pb.AgentReport) -> None:
         while True:

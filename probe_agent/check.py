@@ -13,8 +13,8 @@ from collections import defaultdict
 from controller.pinglist import Target
 from netskel.model import WindowStats
 from probe_agent import flowtrace
-from probe_agent.udp import Prober, ProbeTarget
-from probe_agent.window import FlowProbes, clock_rank, summarize_windows
+from probe_agent.udp import Prober, ProbeTarget, Reply, Sent
+from probe_agent.window import FlowProbes, summarize_windows
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, int]  # (src, dst, size)
@@ -36,21 +36,19 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
     if not unsent:
         covered.set()
 
-    def on_sent(src: str, dst: str, size: int, _t: float, flow: int) -> None:
+    def on_sent(events: list[Sent]) -> None:
         with lock:
-            by_flow = probes[(src, dst, size)].sent
-            by_flow[flow] = by_flow.get(flow, 0) + 1
-            if unsent:
+            for src, dst, size, _t, flow in events:
+                probes[(src, dst, size)].add_sent(flow)
                 unsent.discard((src, dst, size))
-                if not unsent:
-                    covered.set()
+            if not unsent:
+                covered.set()
 
-    def on_reply(src: str, dst: str, size: int, _t: float, rtt_us: float, flow: int) -> None:
-        if 0 <= rtt_us <= timeout_s * 1e6:
-            with lock:
-                acc = probes[(src, dst, size)]
-                acc.rtts.setdefault(flow, []).append(rtt_us)
-                acc.clock = min(acc.clock, clock_rank(prober.timestamping))  # this RTT's clock
+    def on_reply(replies: list[Reply]) -> None:
+        with lock:
+            for src, dst, size, _t, rtt_us, flow, clock in replies:
+                if 0 <= rtt_us <= timeout_s * 1e6:
+                    probes[(src, dst, size)].add_rtt(flow, rtt_us, clock)
 
     # Every size each round: the per-target rate covers all sizes.
     n_sizes = max(len(sizes.get(t.src, ())) for t in mine) if mine else 1

@@ -6,7 +6,15 @@ agent's own endpoints (a handful per container), never a probe pair."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import math
+import threading
+from bisect import bisect_left
+from collections.abc import Iterator
+from itertools import accumulate
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from netskel.metrics import process_registry
 
@@ -26,9 +34,66 @@ PROBES_SENT = Counter("netskel_probes_sent_total", "Probes sent", ["proto", "siz
                       registry=REGISTRY)
 PROBES_LOST = Counter("netskel_probes_lost_total", "Probes without a reply in time",
                       ["proto", "size"], registry=REGISTRY)
-PROBE_RTT = Histogram("netskel_probe_rtt_microseconds", "Probe round-trip time", ["src"],
-                      buckets=(5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000),
-                      registry=REGISTRY)
+
+
+def _le(bound: float) -> str:
+    """A bucket's `le` label as Prometheus clients write it: 5.0, +Inf."""
+    return "+Inf" if bound == math.inf else repr(float(bound))
+
+
+class RttCounts:
+    """One source's RTT histogram: counts per bucket (the last: +Inf) and
+    their sum. Written by one prober thread; a scrape reads it as it is."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+
+class RttHistogram(Collector):
+    """Probe RTTs by source endpoint, exported as a Prometheus histogram.
+    The prober observes every reply: prometheus_client's Histogram takes a
+    lock for its sum and its bucket each time (3-5 us a reply, ~5 % of an
+    agent's CPU at 640 probes/s); here a bisect and two additions. A
+    scrape's count is its buckets' total; its sum may miss the one reply
+    being added meanwhile."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...],
+                 registry: CollectorRegistry) -> None:
+        self.name, self.documentation = name, documentation
+        self.bounds = tuple(float(b) for b in buckets)
+        if list(self.bounds) != sorted(self.bounds):
+            raise ValueError("buckets not in order")
+        self._children: dict[str, RttCounts] = {}
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def labels(self, src: str) -> RttCounts:
+        with self._lock:
+            return self._children.setdefault(src, RttCounts(self.bounds))
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=["src"])
+        with self._lock:
+            children = list(self._children.items())
+        for src, child in children:
+            counts, total = list(child.counts), child.total
+            cumulative = list(accumulate(counts))
+            family.add_metric([src], [(_le(b), c) for b, c in
+                                      zip((*self.bounds, math.inf), cumulative, strict=True)],
+                              total)
+        yield family
+
+
+PROBE_RTT = RttHistogram("netskel_probe_rtt_microseconds", "Probe round-trip time",
+                         (5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 50000), REGISTRY)
 PROBES_ANSWERED = Counter("netskel_probes_answered_total", "Probes echoed by the responder",
                           registry=REGISTRY)
 PROBE_STAMPS = Counter("netskel_probe_timestamps_total",

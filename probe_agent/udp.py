@@ -40,6 +40,7 @@ SO_TIMESTAMPING = getattr(socket, "SO_TIMESTAMPING", 37)
 _IP_RECVERR = getattr(socket, "IP_RECVERR", 11)
 SO_BUSY_POLL = getattr(socket, "SO_BUSY_POLL", 46)
 _EE_ORIGIN_TIMESTAMPING = 4
+_EE_ORIGIN_AT = 4  # ee_origin's byte in struct sock_extended_err (after u32 ee_errno)
 _TX_HARDWARE, _TX_SOFTWARE, _RX_HARDWARE, _RX_SOFTWARE = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _SOFTWARE, _RAW_HARDWARE = 1 << 4, 1 << 6
 # Kernel stamps at both ends of the socket layer: TX when the driver takes the
@@ -52,6 +53,9 @@ _ANCILLARY = socket.CMSG_SPACE(_SCM_TIMESTAMPING.size) + socket.CMSG_SPACE(_TIME
 _ERR_ANCILLARY = (socket.CMSG_SPACE(_SCM_TIMESTAMPING.size)
                   + socket.CMSG_SPACE(_EXTENDED_ERR.size + 16))
 _MAX_DATAGRAM = 65535
+# Of a stamped packet back from the error queue, the bytes read: its lower
+# headers (link, IP, UDP; outer ones too behind a tunnel device) and ours.
+_TX_PEEK = 512
 JITTER = 0.1
 # Probes due within this share of their interval go out with the ones due
 # now, at most MAX_BATCH_S early. The prober then wakes at most ~20 times a
@@ -132,23 +136,28 @@ def _recv(s: socket.socket) -> Received | None:
 
 def _tx_stamps(s: socket.socket) -> list[tuple[bytes, int, int]]:
     """Drain the error queue: each sent packet the kernel stamped, with its
-    kernel and hardware stamps. The packet comes back whole, so it is
-    matched by its own header, not by a send counter that a failed send
-    would put out of step."""
+    kernel and hardware stamps. The packet comes back (its first
+    _TX_PEEK bytes: lower headers and ours), so it is matched by its own
+    header, not by a send counter that a failed send would put out of
+    step. Parsed inline: this runs once per probe sent."""
     out: list[tuple[bytes, int, int]] = []
+    sol_socket, ip, recverr = socket.SOL_SOCKET, socket.IPPROTO_IP, _IP_RECVERR
     while True:
         try:
-            data, anc, _flags, _addr = s.recvmsg(_MAX_DATAGRAM, _ERR_ANCILLARY,
-                                                socket.MSG_ERRQUEUE)
+            data, anc, _flags, _addr = s.recvmsg(_TX_PEEK, _ERR_ANCILLARY, socket.MSG_ERRQUEUE)
         except (BlockingIOError, InterruptedError):
             return out
         except OSError as e:
             log.debug("error queue: %s", e)
             return out
-        origin = next((_EXTENDED_ERR.unpack_from(p)[1] for lvl, kind, p in anc
-                       if lvl == socket.IPPROTO_IP and kind == _IP_RECVERR
-                       and len(p) >= _EXTENDED_ERR.size), None)
-        software, hardware = _stamps(anc)
+        software = hardware = origin = 0
+        for level, kind, payload in anc:
+            if level == sol_socket and kind == SO_TIMESTAMPING \
+                    and len(payload) >= _SCM_TIMESTAMPING.size:
+                s0, n0, _, _, s2, n2 = _SCM_TIMESTAMPING.unpack_from(payload)
+                software, hardware = s0 * 1_000_000_000 + n0, s2 * 1_000_000_000 + n2
+            elif level == ip and kind == recverr and len(payload) >= _EXTENDED_ERR.size:
+                origin = payload[_EE_ORIGIN_AT]
         if origin == _EE_ORIGIN_TIMESTAMPING and (software or hardware):
             out.append((data, software, hardware))
 
@@ -231,11 +240,15 @@ class ProbeTarget:
     dst_port: int
 
 
-# Called as on_sent(src, dst, size, t_send_s, flow) and
-# on_reply(src, dst, size, t_send_s, rtt_us, flow); `flow`: the probe's
-# flow within its pair (the UDP source port it left from).
-SentHook = Callable[[str, str, int, float, int], None]
-ReplyHook = Callable[[str, str, int, float, float, int], None]
+# A probe sent: (src, dst, size, t_send_s, flow); a reply: (src, dst, size,
+# t_send_s, rtt_us, flow, clock); `flow`: the probe's flow within its pair
+# (the UDP source port it left from), `clock`: of this RTT (USER, KERNEL or
+# HARDWARE). The prober hands them over once per wake-up, a list at a time:
+# one call and one lock per batch, not per probe (bench/agent_overhead.py).
+Sent = tuple[str, str, int, float, int]
+Reply = tuple[str, str, int, float, float, int, str]
+SentHook = Callable[[list[Sent]], None]
+ReplyHook = Callable[[list[Reply]], None]
 
 
 class Prober:
@@ -329,16 +342,22 @@ class Prober:
                 heapq.heappush(heap, (max(at + step, now), rng.getrandbits(32), key))
                 due.append(target)
             next_due = heap[0][0] if heap else now + IDLE_WAIT_S
-        sent = dict.fromkeys(self._buffers, 0)
+        if not due:
+            return next_due
+        sent: list[Sent] = []
         for target in due:
-            sent[self._probe(target)] += 1
-        for size, n in sent.items():
+            self._probe(target, sent)
+        self.on_sent(sent)
+        per_size = dict.fromkeys(self._buffers, 0)
+        for event in sent:
+            per_size[event[2]] += 1
+        for size, n in per_size.items():
             if n:
                 self._m_sent[size].inc(n)
         return next_due
 
-    def _probe(self, t: ProbeTarget) -> int:
-        """Send one probe; its size."""
+    def _probe(self, t: ProbeTarget, sent: list[Sent]) -> None:
+        """Send one probe and note it in `sent`."""
         key = (t.src, t.dst)
         n = self._count.get(key, 0)
         self._count[key] = n + 1
@@ -358,8 +377,7 @@ class Prober:
         # Bookkeeping after the send: nothing between the user stamp and it
         # (a reply cannot be read before this thread reads it).
         self._inflight[self._seq] = [key, size, t_ns, 0, 0, flow]
-        self.on_sent(t.src, t.dst, size, t_ns / 1e9, flow)
-        return size
+        sent.append((t.src, t.dst, size, t_ns / 1e9, flow))
 
     def send_trace(self, src: str, flow: int, dst_ip: str, dst_port: int, ttl: int,
                    seq: int) -> None:
@@ -391,7 +409,8 @@ class Prober:
             if entry is not None and entry[2] == head[2]:
                 entry[3], entry[4] = software, hardware
 
-    def _receive(self, sock: socket.socket) -> None:
+    def _receive(self, sock: socket.socket, out: list[Reply]) -> None:
+        """Read the replies waiting on one flow's socket into `out`."""
         replies = []
         token, trace_token = self.token, self.trace_token
         traced = self.on_trace_reply  # once: the tracer may unset it meanwhile
@@ -425,7 +444,7 @@ class Prober:
             rtt_us = (t_got - t_sent - dwell_ns) / 1e3
             self.timestamping = clock
             clocks[clock] += 1
-            self.on_reply(src, dst, size, tx_user / 1e9, rtt_us, flow)
+            out.append((src, dst, size, tx_user / 1e9, rtt_us, flow, clock))
             self._m_rtt[src].observe(rtt_us)
         for clock, n in clocks.items():
             if n:
@@ -446,8 +465,11 @@ class Prober:
         last_expire = 0.0
         while not stop.is_set():
             now = time.monotonic()
+            replies: list[Reply] = []
             for key, _ in self._sel.select(timeout=0):
-                self._receive(key.fileobj)  # type: ignore[arg-type]
+                self._receive(key.fileobj, replies)  # type: ignore[arg-type]
+            if replies:
+                self.on_reply(replies)
             next_due = self._send_due(now)
             if now - last_expire > 0.5:
                 self._expire(time.time_ns())

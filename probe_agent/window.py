@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analyzer.batch import WindowBatch
 from analyzer.windows import grouped, route_columns, rtt_stats
 from netskel.model import CLOCKS, WindowStats
+
+if TYPE_CHECKING:
+    from probe_agent.udp import Reply, Sent
 
 Key = tuple[int, str, str, int]  # (window index, src, dst, size)
 # The traced route of one flow of a pair: (src, dst, flow) -> switch ids
@@ -55,6 +59,16 @@ class FlowProbes:
     sent: dict[int, int] = field(default_factory=dict)  # by flow
     rtts: dict[int, list[float]] = field(default_factory=dict)  # by flow
     clock: int = NO_RTT  # clock_rank of the least exact RTT so far
+
+    def add_sent(self, flow: int) -> None:
+        self.sent[flow] = self.sent.get(flow, 0) + 1
+
+    def add_rtt(self, flow: int, rtt_us: float, clock: str) -> None:
+        """An RTT counts on a flow this window sent on; `clock`: of this RTT
+        (CLOCKS; "" unknown, which makes the window's unknown too)."""
+        if flow in self.sent:
+            self.rtts.setdefault(flow, []).append(rtt_us)
+            self.clock = min(self.clock, _RANK.get(clock, -1))
 
 
 # One window of one pair and size: (start, end, src, dst, size, its probes).
@@ -126,24 +140,29 @@ class WindowAccumulator:
         self.proto = proto
         self._acc: dict[Key, FlowProbes] = defaultdict(FlowProbes)
 
-    def _index(self, t: float) -> int:
-        return math.floor(t / self.window_s)
-
     def sent(self, src: str, dst: str, size: int, t_send: float, flow: int = 0) -> None:
-        sent = self._acc[(self._index(t_send), src, dst, size)].sent
-        sent[flow] = sent.get(flow, 0) + 1
+        self.sent_many([(src, dst, size, t_send, flow)])
 
     def replied(self, src: str, dst: str, size: int, t_send: float, rtt_us: float,
                 clock: str = "", flow: int = 0) -> None:
-        """A reply later than the timeout counts as lost, like one never seen.
-        `clock`: of this RTT (CLOCKS; "" unknown, which makes the window's
-        unknown too)."""
-        if not (0 <= rtt_us <= self.timeout_s * 1e6):
-            return
-        acc = self._acc.get((self._index(t_send), src, dst, size))
-        if acc is not None and flow in acc.sent:
-            acc.rtts.setdefault(flow, []).append(rtt_us)
-            acc.clock = min(acc.clock, clock_rank(clock))
+        self.replied_many([(src, dst, size, t_send, rtt_us, flow, clock)])
+
+    def sent_many(self, events: Iterable[Sent]) -> None:
+        """Probes sent: (src, dst, size, t_send_s, flow) each. One loop
+        over a prober's batch: this runs for every probe an agent sends."""
+        acc, window_s = self._acc, self.window_s
+        for src, dst, size, t_send, flow in events:
+            acc[(math.floor(t_send / window_s), src, dst, size)].add_sent(flow)
+
+    def replied_many(self, replies: Iterable[Reply]) -> None:
+        """Replies: (src, dst, size, t_send_s, rtt_us, flow, clock) each.
+        A reply later than the timeout counts as lost, like one never seen."""
+        acc, window_s, limit = self._acc, self.window_s, self.timeout_s * 1e6
+        for src, dst, size, t_send, rtt_us, flow, clock in replies:
+            if 0 <= rtt_us <= limit:
+                probes = acc.get((math.floor(t_send / window_s), src, dst, size))
+                if probes is not None:
+                    probes.add_rtt(flow, rtt_us, clock)
 
     def close_batch(self, now: float, route_of: RouteOf | None = None) -> WindowBatch:
         """Windows whose every probe has had its chance to return, as one

@@ -39,38 +39,30 @@ def decode(data: bytes) -> Probe | None:
     return p if p is not None and p.size == len(data) else None
 
 
-def _fields(data: bytes, at: int = 0) -> tuple[int, int, int, int, int, int] | None:
-    """(kind, size, seq, token, t_send_ns, dwell_ns) of our header at `at`,
-    whatever follows it; None unless it is one (too short, other magic or
-    version). The one place the header is read: each reader below adds only
-    its own check."""
-    if at < 0 or len(data) - at < HEADER_SIZE:
-        return None
-    magic, version, *fields = _HEADER.unpack_from(data, at)
-    if magic != MAGIC or version != VERSION:
-        return None
-    kind, size, seq, token, t_send, dwell = fields
-    return kind, size, seq, token, t_send, dwell
-
-
 def header(data: bytes) -> Probe | None:
     """The header alone (a packet the kernel handed back from the error
-    queue may be cut or carry more than the probe): None if not ours."""
-    f = _fields(data)
-    if f is None or f[0] not in (KIND_PROBE, KIND_REPLY):
+    queue may be cut or carry more than the probe): None if not ours (too
+    short, other magic, version or kind). `sent_fields` and `reply_fields`
+    read the same header without building a Probe: the prober's hot path."""
+    if len(data) < HEADER_SIZE:
         return None
-    kind, size, seq, token, t_send, dwell = f
+    magic, version, kind, size, seq, token, t_send, dwell = _HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION or kind not in (KIND_PROBE, KIND_REPLY):
+        return None
     return Probe(kind=kind, size=size, seq=seq, token=token, t_send_ns=t_send, dwell_ns=dwell)
 
 
 def sent_fields(data: bytes) -> tuple[int, int, int] | None:
     """(seq, token, t_send_ns) of our probe inside a packet the kernel handed
     back from the error queue (behind the lower headers, maybe cut after
-    ours); None if none is there. `header` without building a Probe."""
-    f = _fields(data, data.find(MAGIC))
-    if f is None or f[0] != KIND_PROBE:
+    ours); None if none is there."""
+    at = data.find(MAGIC)
+    if at < 0 or len(data) - at < HEADER_SIZE:
         return None
-    return f[2], f[3], f[4]
+    _, version, kind, _, seq, token, t_send, _ = _HEADER.unpack_from(data, at)
+    if version != VERSION or kind != KIND_PROBE:
+        return None
+    return seq, token, t_send
 
 
 def probe_buffer(size: int) -> bytearray:
@@ -86,10 +78,12 @@ def fill_probe(buf: bytearray, seq: int, token: int, t_send_ns: int) -> None:
 def reply_fields(data: bytes) -> tuple[int, int, int, int] | None:
     """(seq, token, t_send_ns, dwell_ns) of a well-formed reply, else None:
     `decode` without building a Probe."""
-    f = _fields(data)
-    if f is None or f[0] != KIND_REPLY or f[1] != len(data):
+    if len(data) < HEADER_SIZE:
         return None
-    return f[2], f[3], f[4], f[5]
+    magic, version, kind, size, seq, token, t_send, dwell = _HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION or kind != KIND_REPLY or size != len(data):
+        return None
+    return seq, token, t_send, dwell
 
 
 def reply_to(data: bytes, dwell_ns: int) -> bytes:

@@ -17,7 +17,7 @@ import pytest
 
 from probe_agent import wire
 from probe_agent.flowtrace import VXLAN_PORT, FlowTracer, parse_icmp
-from probe_agent.udp import ProbeTarget
+from probe_agent.udp import ProbeTarget, Reply, Sent
 from probe_agent.window import WindowAccumulator
 from testbed import faults
 from testbed.cluster import Cluster, create_cluster
@@ -112,11 +112,11 @@ def test_a_failing_trace_hook_does_not_stop_the_prober():
     """Whatever the hook does, the prober goes on reading and probing."""
     from probe_agent.udp import Prober
 
-    got = []
+    got: list[Reply] = []
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as peer:
         peer.bind(("127.0.0.1", 0))
         p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, 10.0, 1.0, lambda *a: None,
-                   lambda *a: got.append(a), on_trace_reply=lambda seq: 1 / 0)
+                   lambda *a: None, on_trace_reply=lambda seq: 1 / 0)
         try:
             for token in (p.trace_token, p.token):
                 buf = wire.probe_buffer(wire.MIN_SIZE)
@@ -125,7 +125,7 @@ def test_a_failing_trace_hook_does_not_stop_the_prober():
                 peer.sendto(wire.reply_to(bytes(buf), 0), p.flow_sockets["a"][0].getsockname())
                 wait_for(lambda: select.select([p.flow_sockets["a"][0]], [], [], 0)[0], 5,
                          "the reply to arrive")
-                p._receive(p.flow_sockets["a"][0])
+                p._receive(p.flow_sockets["a"][0], got)
         finally:
             p.close()
     assert len(got) == 1, "the probe's reply after the failed hook was read"
@@ -156,16 +156,16 @@ class _Probing(TracedProber):
                          f"/run/netns/{c.container_ns(2)}", lay.overlay_ip(2, 0),
                          f"/run/netns/{c.host_ns(0)}", FLOWS, 200.0, self._sent, self._replied)
 
-    def _sent(self, src: str, dst: str, size: int, t: float, flow: int) -> None:
+    def _sent(self, events: list[Sent]) -> None:
         with self.lock:
-            self.acc.sent(src, dst, size, t, flow)
-            self.sent += 1
+            self.acc.sent_many(events)
+            self.sent += len(events)
             if self.sent >= self.want:
                 self.enough.set()
 
-    def _replied(self, src: str, dst: str, size: int, t: float, rtt: float, flow: int) -> None:
+    def _replied(self, replies: list[Reply]) -> None:
         with self.lock:
-            self.acc.replied(src, dst, size, t, rtt, "kernel", flow)
+            self.acc.replied_many(replies)
 
 
 @pytest.fixture
