@@ -24,7 +24,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,9 +172,9 @@ class SourceLimit:
 
     def __init__(self, rate: float = 500.0, burst: float = 1000.0, sources: int = 65536) -> None:
         self.rate, self.burst, self.sources = rate, burst, sources
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._buckets: OrderedDict[Hashable, tuple[float, float]] = OrderedDict()
 
-    def allow(self, source: str, now: float) -> bool:
+    def allow(self, source: Hashable, now: float) -> bool:
         tokens, last = self._buckets.pop(source, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate)
         ok = tokens >= 1.0
@@ -204,27 +204,29 @@ class Responder:
         while not stop.is_set():
             for key, _ in self._sel.select(timeout=IDLE_WAIT_S):
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
+                answered = 0
                 while (got := _recv(sock)) is not None:
                     data, addr, t_kernel, _, t_user = got
                     t_rx = t_kernel or t_user
                     if not data:
                         continue
-                    p = wire.decode(data)
-                    if p is None or p.kind != wire.KIND_PROBE:
+                    if not wire.is_probe(data):
                         self.garbage += 1
                         metrics.PROBES_REFUSED.labels(reason="malformed").inc()
                         continue
                     # Per source and local endpoint: one prober's probes to
                     # this endpoint are one pair's, at the pair's rate.
-                    if not self.limit.allow(f"{addr[0]}>{local[sock]}", t_rx / 1e9):
+                    if not self.limit.allow((addr[0], local[sock]), t_rx / 1e9):
                         metrics.PROBES_REFUSED.labels(reason="rate").inc()
                         continue
                     reply = wire.reply_to(data, time.time_ns() - t_rx)
                     try:
                         sock.sendto(reply, addr)
-                        metrics.PROBES_ANSWERED.inc()
+                        answered += 1
                     except OSError as e:
                         log.debug("reply to %s failed: %s", addr, e)
+                if answered:
+                    metrics.PROBES_ANSWERED.inc(answered)
 
     def close(self) -> None:
         self._sel.close()

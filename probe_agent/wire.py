@@ -14,6 +14,8 @@ KIND_PROBE = 1
 KIND_REPLY = 2
 _HEADER = struct.Struct("!4sBBHQQQI")
 HEADER_SIZE = _HEADER.size  # 36
+_START = struct.Struct("!4sBBH")  # magic, version, kind, size: the header's start
+_KIND, _DWELL = struct.Struct("!B"), struct.Struct("!I")
 MIN_SIZE = 64
 
 
@@ -86,9 +88,19 @@ def reply_fields(data: bytes) -> tuple[int, int, int, int] | None:
     return seq, token, t_send, dwell
 
 
-def reply_to(data: bytes, dwell_ns: int) -> bytes:
+def is_probe(data: bytes) -> bool:
+    """Whether `data` is one well-formed probe (what a responder answers):
+    `decode` without building a Probe, once per probe answered."""
+    if len(data) < HEADER_SIZE:
+        return False
+    magic, version, kind, size = _START.unpack_from(data)
+    return bool(magic == MAGIC and version == VERSION and kind == KIND_PROBE
+                and size == len(data))
+
+
+def reply_to(data: bytes, dwell_ns: int) -> bytearray:
     """The echo of a probe: same bytes, kind and dwell changed."""
-    head = bytearray(data[:HEADER_SIZE])
-    struct.pack_into("!B", head, 5, KIND_REPLY)
-    struct.pack_into("!I", head, HEADER_SIZE - 4, max(0, min(dwell_ns, 0xFFFFFFFF)))
-    return bytes(head) + data[HEADER_SIZE:]
+    reply = bytearray(data)
+    _KIND.pack_into(reply, 5, KIND_REPLY)
+    _DWELL.pack_into(reply, HEADER_SIZE - 4, max(0, min(dwell_ns, 0xFFFFFFFF)))
+    return reply
