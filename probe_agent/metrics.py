@@ -42,8 +42,9 @@ def _le(bound: float) -> str:
 
 
 class RttCounts:
-    """One source's RTT histogram: counts per bucket (the last: +Inf) and
-    their sum. Written by one prober thread; a scrape reads it as it is."""
+    """One prober's RTT histogram for one source: counts per bucket (the
+    last: +Inf) and their sum. One writer (its prober's thread); a scrape
+    reads it as it is."""
 
     __slots__ = ("bounds", "counts", "total")
 
@@ -56,14 +57,20 @@ class RttCounts:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
+    def add(self, other: RttCounts) -> None:
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.total += other.total
+
 
 class RttHistogram(Collector):
     """Probe RTTs by source endpoint, exported as a Prometheus histogram.
     The prober observes every reply: prometheus_client's Histogram takes a
     lock for its sum and its bucket each time (3-5 us a reply, ~5 % of an
-    agent's CPU at 640 probes/s); here a bisect and two additions. A
-    scrape's count is its buckets' total; its sum may miss the one reply
-    being added meanwhile."""
+    agent's CPU at 640 probes/s); here a bisect and two additions, no lock:
+    each prober has children of its own (an active check's prober runs
+    beside the regular one), summed by source on a scrape and folded into
+    the source's total when the prober closes. A scrape's count is its
+    buckets' total; its sum may miss the one reply being added meanwhile."""
 
     def __init__(self, name: str, documentation: str, buckets: tuple[float, ...],
                  registry: CollectorRegistry) -> None:
@@ -71,24 +78,39 @@ class RttHistogram(Collector):
         self.bounds = tuple(float(b) for b in buckets)
         if list(self.bounds) != sorted(self.bounds):
             raise ValueError("buckets not in order")
-        self._children: dict[str, RttCounts] = {}
+        self._live: dict[str, list[RttCounts]] = {}
+        self._retired: dict[str, RttCounts] = {}
         self._lock = threading.Lock()
         registry.register(self)
 
-    def labels(self, src: str) -> RttCounts:
+    def child(self, src: str) -> RttCounts:
+        """A new histogram of `src` for one prober to write alone."""
+        counts = RttCounts(self.bounds)
         with self._lock:
-            return self._children.setdefault(src, RttCounts(self.bounds))
+            self._live.setdefault(src, []).append(counts)
+        return counts
+
+    def retire(self, src: str, counts: RttCounts) -> None:
+        """A prober is done with its child: its counts stay in the source's."""
+        with self._lock:
+            self._live[src].remove(counts)
+            self._retired.setdefault(src, RttCounts(self.bounds)).add(counts)
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=["src"])
         with self._lock:
-            children = list(self._children.items())
-        for src, child in children:
-            counts, total = list(child.counts), child.total
-            cumulative = list(accumulate(counts))
+            parts = {src: [*live, *([self._retired[src]] if src in self._retired else [])]
+                     for src, live in self._live.items()}
+            for src, retired in self._retired.items():
+                parts.setdefault(src, [retired])
+        for src, children in parts.items():
+            total = RttCounts(self.bounds)
+            for c in children:
+                total.add(c)
+            cumulative = list(accumulate(total.counts))
             family.add_metric([src], [(_le(b), c) for b, c in
                                       zip((*self.bounds, math.inf), cumulative, strict=True)],
-                              total)
+                              total.total)
         yield family
 
 

@@ -310,7 +310,8 @@ class Prober:
         self._buffers = {s: wire.probe_buffer(s) for ss in sizes.values() for s in ss}
         self._m_sent = {s: metrics.PROBES_SENT.labels(proto="udp", size=str(s))
                         for s in self._buffers}
-        self._m_rtt = {ep: metrics.PROBE_RTT.labels(src=ep) for ep in sources}
+        self._m_rtt = {ep: metrics.PROBE_RTT.child(ep) for ep in sources}  # retired by close
+        self._closed = False
         self._m_clock = {c: metrics.PROBE_STAMPS.labels(clock=c) for c in (USER, KERNEL, HARDWARE)}
 
     def set_targets(self, targets: Iterable[ProbeTarget]) -> None:
@@ -480,6 +481,10 @@ class Prober:
 
     def close(self) -> None:
         self._sel.close()
+        if not self._closed:  # a reply read after this is not counted: the prober is done
+            for src, counts in self._m_rtt.items():
+                metrics.PROBE_RTT.retire(src, counts)
+        self._closed = True
         for socks in self.flow_sockets.values():
             for s in socks:
                 s.close()
