@@ -1257,9 +1257,13 @@ class Analyzer:
                       for k, f in enumerate(findings)])
 
     @staticmethod
-    def with_check(d: Diagnosis, outcome: CheckOutcome, unchecked: dict[Pair, str]) -> Diagnosis:
+    def with_check(d: Diagnosis, outcome: CheckOutcome, unchecked: dict[Pair, str],
+                   asked: Collection[Pair]) -> Diagnosis:
         """A diagnosis from state, overruled by an active check where the
-        check measured: its result is seconds old, the state's minutes."""
+        check measured: its result is seconds old, the state's minutes.
+        `asked`: the pairs the check was run for; a pair first monitored
+        while it ran (its first window arrived meanwhile) is in the
+        diagnosis but was never checked, and says so."""
         verdicts = []
         for v in d.pairs:
             if v.pair in outcome.reasons:
@@ -1269,6 +1273,9 @@ class Analyzer:
                 v = dataclasses.replace(v, verdict=OK, reason="active check: every size healthy")
             elif v.pair in unchecked:
                 v = dataclasses.replace(v, reason=f"{v.reason}; not checked: {unchecked[v.pair]}")
+            elif v.pair not in asked and v.pair[0] != v.pair[1]:
+                v = dataclasses.replace(v, reason=f"{v.reason}; not checked: first monitored "
+                                                  "while the check ran")
             verdicts.append(v)
         return Diagnosis(verdict=_overall(verdicts), pairs=verdicts, incidents=d.incidents,
                          check_findings=outcome.findings)

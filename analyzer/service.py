@@ -126,7 +126,7 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
             d = self.engine.diagnose(endpoints, pairs, request.start, request.end, self.clock())
             if request.active_check:
                 d = self.engine.with_check(d, self.engine.judge_check(windows, self.clock()),
-                                           unchecked)
+                                           unchecked, set(checked))
         return dpb.DiagnoseResponse(
             verdict=serde.VERDICTS[d.verdict],
             incidents=[serde.incident_to_pb(i) for i in d.incidents],

@@ -166,8 +166,10 @@ def test_active_check_through_netdiag(topo_file, topo_doc, tmp_path, sock):
         wait_for(lambda: all(a.targets and all(t.active for t in a.targets.values())
                              for a in agents[:3]), 20, "every target active")
         e0 = topo_doc["containers"][0]["endpoints"][0]["id"]
-        wait_for(lambda: all(v.verdict == dpb.NETWORK_OK for v in netdiag.Diagnose(
-            dpb.DiagnoseRequest(endpoints=[e0])).pairs), 20, "the analyzer to see e0's pairs")
+        def e0_seen() -> bool:  # all three of its pairs: a pair first seen later is not checked
+            pairs = netdiag.Diagnose(dpb.DiagnoseRequest(endpoints=[e0])).pairs
+            return len(pairs) == 3 and all(v.verdict == dpb.NETWORK_OK for v in pairs)
+        wait_for(e0_seen, 20, "the analyzer to see e0's three pairs")
         t0 = time.monotonic()
         resp = netdiag.Diagnose(dpb.DiagnoseRequest(endpoints=[e0], active_check=True,
                                                     check_seconds=1), timeout=20)

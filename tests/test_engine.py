@@ -238,8 +238,14 @@ def test_active_check_overrules_state_and_localizes_what_it_measured(engine):
     assert d.verdict == OK
     ep_cross = {(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in CROSS}
     unchecked = {p: "the prober is not connected" for p in rail_pairs(0) if p not in ep_cross}
-    m = engine.with_check(d, out, unchecked)
+    # One pair was not monitored yet when the check was asked for: its
+    # first window came while the check ran. It was never checked.
+    late = unchecked.popitem()[0]
+    m = engine.with_check(d, out, unchecked, set(rail_pairs(0)) - {late})
     by_pair = {v.pair: v for v in m.pairs}
+    assert by_pair[late].verdict == OK
+    assert by_pair[late].reason.endswith("; not checked: first monitored while the check ran")
+    assert "active check" not in by_pair[late].reason
     assert m.verdict == FAULT and m.check_findings == out.findings
     for p in lossy:
         assert by_pair[p].verdict == FAULT and "active check: 1024 B" in by_pair[p].reason
