@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from bisect import bisect_left
+from collections import defaultdict
 from collections.abc import Iterator
 from itertools import accumulate
 
@@ -98,11 +99,12 @@ class RttHistogram(Collector):
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=["src"])
+        parts: dict[str, list[RttCounts]] = defaultdict(list)
         with self._lock:
-            parts = {src: [*live, *([self._retired[src]] if src in self._retired else [])]
-                     for src, live in self._live.items()}
+            for src, live in self._live.items():
+                parts[src].extend(live)
             for src, retired in self._retired.items():
-                parts.setdefault(src, [retired])
+                parts[src].append(retired)
         for src, children in parts.items():
             total = RttCounts(self.bounds)
             for c in children:

@@ -139,9 +139,9 @@ def _tx_stamps(s: socket.socket) -> list[tuple[bytes, int, int]]:
     kernel and hardware stamps. The packet comes back (its first
     _TX_PEEK bytes: lower headers and ours), so it is matched by its own
     header, not by a send counter that a failed send would put out of
-    step. Parsed inline: this runs once per probe sent."""
+    step (read once per probe sent)."""
     out: list[tuple[bytes, int, int]] = []
-    sol_socket, ip, recverr = socket.SOL_SOCKET, socket.IPPROTO_IP, _IP_RECVERR
+    ip, recverr = socket.IPPROTO_IP, _IP_RECVERR
     while True:
         try:
             data, anc, _flags, _addr = s.recvmsg(_TX_PEEK, _ERR_ANCILLARY, socket.MSG_ERRQUEUE)
@@ -150,14 +150,11 @@ def _tx_stamps(s: socket.socket) -> list[tuple[bytes, int, int]]:
         except OSError as e:
             log.debug("error queue: %s", e)
             return out
-        software = hardware = origin = 0
+        origin = 0
         for level, kind, payload in anc:
-            if level == sol_socket and kind == SO_TIMESTAMPING \
-                    and len(payload) >= _SCM_TIMESTAMPING.size:
-                s0, n0, _, _, s2, n2 = _SCM_TIMESTAMPING.unpack_from(payload)
-                software, hardware = s0 * 1_000_000_000 + n0, s2 * 1_000_000_000 + n2
-            elif level == ip and kind == recverr and len(payload) >= _EXTENDED_ERR.size:
+            if level == ip and kind == recverr and len(payload) >= _EXTENDED_ERR.size:
                 origin = payload[_EE_ORIGIN_AT]
+        software, hardware = _stamps(anc)
         if origin == _EE_ORIGIN_TIMESTAMPING and (software or hardware):
             out.append((data, software, hardware))
 

@@ -68,7 +68,7 @@ class FlowProbes:
         (CLOCKS; "" unknown, which makes the window's unknown too)."""
         if flow in self.sent:
             self.rtts.setdefault(flow, []).append(rtt_us)
-            self.clock = min(self.clock, _RANK.get(clock, -1))
+            self.clock = min(self.clock, clock_rank(clock))
 
 
 # One window of one pair and size: (start, end, src, dst, size, its probes).
