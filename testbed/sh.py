@@ -81,6 +81,22 @@ class Created:
         return problems
 
 
+def _exited(pid: int) -> bool:
+    """Our child is reaped here; another's (a daemon, reparented) counts as
+    gone once it is a zombie: reaping it is its parent's job, and the PID 1
+    of a container may take seconds (2 s a daemon here, 15 s a teardown)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return bool(done)
+    except ChildProcessError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
 def _terminate(pid: int, timeout: float = 3.0) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
@@ -88,15 +104,8 @@ def _terminate(pid: int, timeout: float = 3.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return
-        except ChildProcessError:  # not our child: poll for its exit
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
+        if _exited(pid):
+            return
         time.sleep(0.05)
     try:
         os.kill(pid, signal.SIGKILL)

@@ -16,8 +16,9 @@ import pytest
 from testbed import faults
 from testbed.cluster import create_cluster
 from testbed.layout import Layout
-from testbed.sh import ns, run
+from testbed.sh import _exited, ns, run
 from tests.conftest import requires_testbed
+from tests.helpers import wait_for
 
 pytestmark = [requires_testbed, pytest.mark.testbed]
 
@@ -128,5 +129,33 @@ def test_killed_builder_leaves_nothing_after_clean(tmp_path):
     assert out.returncode == 0, out.stderr
     listed = set(run("ip", "netns", "list").split())
     assert not set(created["namespaces"]) & listed
-    for pid in pids:
-        assert not Path(f"/proc/{pid}").exists(), f"OVS process {pid} survived"
+    for pid in pids:  # gone, or exited and waiting for PID 1 to reap it
+        assert _exited(pid), f"OVS process {pid} survived"
+
+
+def test_a_daemons_zombie_counts_as_stopped():
+    """A daemon we stop is not our child: once it exits it is a zombie until
+    its parent reaps it (PID 1 of a container: seconds). Waiting for it to
+    vanish made each OVS daemon cost 2 s of teardown; a zombie is stopped."""
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.read(r, 1); os._exit(0)\n"
+        "print(pid, flush=True); sys.stdin.readline(); os.write(w, b'x'); time.sleep(60)\n")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdin is not None
+        daemon = int(parent.stdout.readline())
+        assert not _exited(daemon), "a running process that is not our child"
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        wait_for(lambda: Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                 == "Z", 10, "the forked process to exit unreaped", poll=0.01)
+        assert _exited(daemon), "an exited process its parent has not reaped yet"
+        assert not _exited(parent.pid), "our running child"
+    finally:
+        parent.kill()
+        parent.wait()
