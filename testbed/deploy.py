@@ -123,8 +123,11 @@ class Deployment:
     def wait_all_ok(self, timeout: float, since: float | None = None) -> float:
         """Until every pair's recent windows (after `since`) are healthy;
         returns when. Recent: a lone anomalous window that did not persist
-        (no incident) ages out instead of holding the verdict for good."""
-        since = since if since is not None else time.time()
+        (no incident) ages out instead of holding the verdict for good.
+        Without `since`, the last window_s: every reporting pair has a window
+        ending in it, so a healthy cluster passes at once rather than after
+        its next window (10 s a test in the e2e module)."""
+        since = since if since is not None else time.time() - self.window_s
         deadline = time.monotonic() + timeout
         pairs = self.all_pairs()
         while time.monotonic() < deadline:
@@ -132,7 +135,9 @@ class Deployment:
             if all(x == dpb.NETWORK_OK for x in v.values()):
                 return time.time()
             time.sleep(1)
-        bad = [(v.pair.a, v.pair.b, v.reason) for v in self.diagnose(pairs, since).pairs
+        # The same range the loop judged: an anomaly older than it is not why.
+        recent = max(since, time.time() - 2.5 * self.window_s)
+        bad = [(v.pair.a, v.pair.b, v.reason) for v in self.diagnose(pairs, recent).pairs
                if v.verdict != dpb.NETWORK_OK]
         raise TimeoutError(f"pairs not all healthy within {timeout}s: {bad}")
 

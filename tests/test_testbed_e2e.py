@@ -158,7 +158,22 @@ def _open_incidents_on_failure(dep):
         raise AssertionError(f"{e}; still open: {still}") from None
 
 
+def _after_fault(dep, ended: float) -> None:
+    """Until every pair has a whole window after the fault ended: agents
+    report a pair's windows in order, so the windows that saw the fault are
+    in the analyzer by then. Without this, a fault that opened no incident
+    while it lasted (the active check's, ~10 s) could open one from a late
+    window after the test had found "nothing open" (CI, once: the next test
+    then waited on it)."""
+    clear = ended + WINDOW_S
+    wait_for(lambda: time.time() > clear and all(
+        v != dpb.INCONCLUSIVE for v in dep.verdicts(dep.all_pairs(), since=clear).values()),
+             3 * WINDOW_S + 30, "a whole window after the fault from every pair", poll=1)
+
+
 def _wait_closed(dep):
+    """Called as the fault is undone."""
+    _after_fault(dep, time.time())
     with _open_incidents_on_failure(dep):
         wait_for(lambda: all(i.HasField("end") for i in
                              dep.netdiag.ListIncidents(dpb.ListIncidentsRequest()).incidents),
