@@ -589,7 +589,8 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                 chains = [chains[0] + [nxt[0]]]
                 continue
             if gaps is not None and gaps[s - 1] < MIN_GAP_SAMPLES:
-                if gaps[s - 1] >= MIN_TRANSFER_GAP_SAMPLES and len(nxt) == len(prev):
+                if gaps[s - 1] >= MIN_TRANSFER_GAP_SAMPLES and len(nxt) == len(prev) \
+                        and not _swings_to_the_swap(prev, nxt, ntx, nrx, rail_of):
                     lags, gain = _lag_gains(prev, nxt, ntx, nrx, rail_of, max_lag)
                     near, read = transfers_alone_near(prev, nxt, ntx, nrx, rail_of, lags, gain)
                     chunks.extend(_near_pairs(prev, nxt, near, rail_of))
@@ -601,7 +602,10 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
                     chunks.extend(_same_rail_cross(prev, nxt, rail_of))
                     why = ("reduce within half a sample of each other"
                            if gaps[s - 1] < MIN_TRANSFER_GAP_SAMPLES else
-                           "reduce within one sample of each other and have unequal replicas")
+                           "reduce within one sample of each other and have unequal replicas"
+                           if len(nxt) != len(prev) else
+                           "reduce within one sample of each other and their transfers "
+                           "swing to the other pairing a sample off")
                     notes.append(f"rails {list(key)}: stages {s - 1}/{s} {why}, kept all cross "
                                  "pairs")
                 # Nobody knows who continues which chain: start anew.
@@ -624,10 +628,13 @@ def chain_replicas(stage_units: list[list[np.ndarray]], wobble: np.ndarray,
             t_cols = max_assignment(t)[1]
             if len(chains) > 1 and float(np.median(assigned)) < chance + CHAIN_SIGNIFICANCE * noise:
                 # The pace is too weak here: try the transfers themselves.
-                if not _transfers_tell(t, t_cols):
+                swing = _swings_to_the_swap(prev, nxt, ntx, nrx, rail_of, t)
+                if swing or not _transfers_tell(t, t_cols):
                     chunks.extend(_same_rail_cross(prev, nxt, rail_of))
                     notes.append(f"rails {list(key)}: stages {s - 1}/{s}: neither pace nor "
-                                 "transfers tell partners, kept all cross pairs")
+                                 "transfers tell partners" + (
+                                     " (the transfers swing to the other pairing a sample off)"
+                                     if swing else "") + ", kept all cross pairs")
                     # Nobody knows who continues which chain: start anew.
                     chains = [[u] for u in nxt]
                     continue
@@ -677,6 +684,35 @@ def aligned_transfer_scores(a_units: list[np.ndarray], b_units: list[np.ndarray]
     second a boundary at 32,768 endpoints."""
     lags, gain = _lag_gains(a_units, b_units, ntx, nrx, rail_of, max_lag)
     return transfer_scores(a_units, b_units, ntx, nrx, rail_of, lags[_best_lag(gain)])
+
+
+def _swings_to_the_swap(a_units: list[np.ndarray], b_units: list[np.ndarray],
+                        ntx: np.ndarray, nrx: np.ndarray, rail_of: np.ndarray,
+                        t: np.ndarray | None = None) -> bool:
+    """Two replicas: whether their transfers read one sample early or late
+    choose the other pairing more strongly than the in-step reading (`t`,
+    lag 0) chooses its own. Two replicas' residuals are each other's
+    negative and their correlation swings with the microbatch rhythm from
+    one sample to the next (`aligned_transfer_scores`), so an in-step
+    choice that a neighbouring sample reverses, and more clearly, is no
+    evidence of partners: both pairings stay (recall first). dev-sk2 (dp2,
+    0.1 s samples) cut to a minute (`bench/variants.py --seconds 60 --skip
+    15`, 30 or 45; or 45 s): at one boundary lag 0 chose the swap by 0.24
+    while lag +1 chose the truth by 0.42, and that boundary's true partners
+    were dropped (recall 0.875); at the boundaries it read right, lag 0 was
+    the clearest (0.57 against 0.47 and 0.44 reversed)."""
+    if len(a_units) != 2 or len(b_units) != 2:
+        return False
+    rows = np.arange(2)
+
+    def margin(u: np.ndarray, cols: np.ndarray) -> float:
+        return float(np.median(u[rows, cols] - u[rows, 1 - cols]))
+
+    here = t if t is not None else transfer_scores(a_units, b_units, ntx, nrx, rail_of, 0)
+    cols = max_assignment(here)[1]
+    own = margin(here, cols)
+    return any(-margin(transfer_scores(a_units, b_units, ntx, nrx, rail_of, lag), cols) > own
+               for lag in (-1, 1))
 
 
 def _best_lag(gain: np.ndarray) -> int:
