@@ -127,17 +127,20 @@ class Deployment:
         Without `since`, the last window_s: every reporting pair has a window
         ending in it, so a healthy cluster passes at once rather than after
         its next window (10 s a test in the e2e module)."""
-        since = since if since is not None else time.time() - self.window_s
+        start = since if since is not None else time.time() - self.window_s
+
+        def recent() -> float:
+            return max(start, time.time() - 2.5 * self.window_s)
+
         deadline = time.monotonic() + timeout
         pairs = self.all_pairs()
         while time.monotonic() < deadline:
-            v = self.verdicts(pairs, max(since, time.time() - 2.5 * self.window_s))
+            v = self.verdicts(pairs, recent())
             if all(x == dpb.NETWORK_OK for x in v.values()):
                 return time.time()
             time.sleep(1)
         # The same range the loop judged: an anomaly older than it is not why.
-        recent = max(since, time.time() - 2.5 * self.window_s)
-        bad = [(v.pair.a, v.pair.b, v.reason) for v in self.diagnose(pairs, recent).pairs
+        bad = [(v.pair.a, v.pair.b, v.reason) for v in self.diagnose(pairs, recent()).pairs
                if v.verdict != dpb.NETWORK_OK]
         raise TimeoutError(f"pairs not all healthy within {timeout}s: {bad}")
 
