@@ -15,7 +15,15 @@ Where there is no device (or no pyverbs) `rdma_availability` says why and
 the agent probes over UDP: nothing here ever invents a result.
 
 The probe is the UDP probe's packet (probe_agent/wire.py) followed by the
-sender's GID and QPN, so the responder can address its reply."""
+sender's GID and QPN, so the responder can address its reply.
+
+Every pyverbs object the prober builds is made by one function here
+(`cq_attr`, `qp_attrs`, `address_attr`, `recv_wr`, `send_wr`) from the
+namespace `load_verbs` returns, so `tests/test_rdma.py` builds the very same
+objects on whatever pyverbs is installed (Debian 12's rdma-core 44 in CI),
+device or not: a renamed module or argument fails there, not on the first
+machine with a NIC. The enum module has two names (`pyverbs.enums` in Debian
+12's rdma-core 44, `pyverbs.libibverbs_enums` in PyPI's 59); both load."""
 
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from controller.registration import gid_bytes
@@ -58,12 +67,90 @@ class RdmaAddress:
     qpn: int
 
 
+# The constants the prober uses, looked up by name in either enum module.
+ENUMS = ("IBV_QPT_UD", "IBV_ACCESS_LOCAL_WRITE", "IBV_WC_STANDARD_FLAGS",
+         "IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK", "IBV_WC_RECV", "IBV_WC_SUCCESS",
+         "IBV_WR_SEND", "IBV_SEND_SIGNALED")
+
+
+def _enum(module: Any, name: str) -> int:
+    """A constant by name: a module attribute, or a member of one of the
+    module's enum classes (Cython may expose only the class)."""
+    if hasattr(module, name):
+        return int(getattr(module, name))
+    for attr in vars(module).values():
+        if isinstance(attr, type) and hasattr(attr, name):
+            return int(getattr(attr, name))
+    raise ImportError(f"{module.__name__} has no {name}")
+
+
+def load_verbs() -> SimpleNamespace:
+    """The pyverbs classes and constants the prober uses, in one namespace;
+    ImportError when pyverbs (or a name it should have) is missing."""
+    try:
+        import pyverbs.libibverbs_enums as enums
+    except ImportError:
+        import pyverbs.enums as enums
+    from pyverbs.addr import AH, GID, AHAttr, GlobalRoute
+    from pyverbs.cq import CQEX, CqInitAttrEx, PollCqAttr
+    from pyverbs.device import Context
+    from pyverbs.mr import MR
+    from pyverbs.pd import PD
+    from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+    from pyverbs.wr import SGE, RecvWR, SendWR
+
+    e = SimpleNamespace(**{name: _enum(enums, name) for name in ENUMS})
+    return SimpleNamespace(
+        e=e, AH=AH, GID=GID, AHAttr=AHAttr, GlobalRoute=GlobalRoute, CQEX=CQEX,
+        CqInitAttrEx=CqInitAttrEx, PollCqAttr=PollCqAttr, Context=Context, MR=MR, PD=PD,
+        QP=QP, QPAttr=QPAttr, QPCap=QPCap, QPInitAttr=QPInitAttr, SGE=SGE, RecvWR=RecvWR,
+        SendWR=SendWR)
+
+
+def cq_attr(vb: SimpleNamespace, depth: int, stamped: bool) -> Any:
+    """One completion queue for sends and receives of `depth` each; with
+    NIC wall-clock stamps when asked (a device without them refuses it)."""
+    flags = vb.e.IBV_WC_STANDARD_FLAGS
+    if stamped:
+        flags |= vb.e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK
+    return vb.CqInitAttrEx(cqe=2 * depth, wc_flags=flags)
+
+
+def qp_attrs(vb: SimpleNamespace, cq: Any, depth: int, port: int) -> tuple[Any, Any]:
+    """A UD queue pair's creation attributes and the attributes pyverbs
+    takes it to ready-to-send with (port, our Q_Key, the default P_Key)."""
+    cap = vb.QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=1, max_recv_sge=1)
+    init = vb.QPInitAttr(qp_type=vb.e.IBV_QPT_UD, scq=cq, rcq=cq, cap=cap)
+    attr = vb.QPAttr(port_num=port)
+    attr.qkey = QKEY
+    attr.pkey_index = 0
+    return init, attr
+
+
+def address_attr(vb: SimpleNamespace, gid: str, label: int, sgid_index: int, port: int) -> Any:
+    """Where a probe goes: the target's GID over our GID index, with the
+    flow label that picks its RoCEv2 source port (its ECMP path)."""
+    gr = vb.GlobalRoute(dgid=vb.GID(gid), sgid_index=sgid_index, flow_label=label, hop_limit=64)
+    return vb.AHAttr(port_num=port, is_global=1, gr=gr)
+
+
+def recv_wr(vb: SimpleNamespace, wr_id: int, addr: int, length: int, lkey: int) -> Any:
+    return vb.RecvWR(wr_id=wr_id, num_sge=1, sg=[vb.SGE(addr, length, lkey)])
+
+
+def send_wr(vb: SimpleNamespace, wr_id: int, addr: int, length: int, lkey: int) -> Any:
+    """A signalled send: its completion is the probe's send stamp."""
+    return vb.SendWR(wr_id=wr_id, opcode=vb.e.IBV_WR_SEND, num_sge=1,
+                     sg=[vb.SGE(addr, length, lkey)], send_flags=vb.e.IBV_SEND_SIGNALED)
+
+
 def rdma_availability() -> RdmaAvailability:
     try:
         from pyverbs import device as d
+        load_verbs()
     except ImportError as e:
-        return RdmaAvailability(False, f"pyverbs is not installed ({e}); install rdma-core's "
-                                       "python3-pyverbs")
+        return RdmaAvailability(False, f"pyverbs is not installed or lacks what the prober uses "
+                                       f"({e}); install rdma-core's python3-pyverbs")
     try:
         devices = d.get_device_list()
     except Exception as e:  # pyverbs raises its own PyverbsRDMAError without a device
@@ -94,6 +181,35 @@ def device_of_interface(ifname: str, sys_net: Path = Path("/sys/class/net")) -> 
     except OSError:
         pass
     return None
+
+
+def _index(name: str) -> int:
+    return int(name) if name.isdigit() else 1 << 30
+
+
+def roce_gid_index(device: str, port: int = 1, sys_ib: Path = SYS_INFINIBAND) -> int:
+    """The GID index to probe from: a RoCE v2 one, since only v2 packets are
+    UDP (the flow label picks the source port ECMP hashes on; v1 frames are
+    not even routed), IPv4-mapped first (what NCCL picks on routed fabrics).
+    0 where the port lists no GID types (InfiniBand) or no v2 GID."""
+    base = sys_ib / device / "ports" / str(port)
+    try:
+        names = sorted(os.listdir(base / "gid_attrs" / "types"), key=_index)
+    except OSError:
+        return 0
+    best: tuple[int, int] | None = None
+    for name in names:
+        try:
+            kind = (base / "gid_attrs" / "types" / name).read_text().strip()
+            gid = (base / "gids" / name).read_text().strip()
+        except OSError:  # an unused table entry reads as EINVAL
+            continue
+        if kind.lower() != "roce v2" or not name.isdigit() or not gid.strip("0:"):
+            continue
+        rank = 0 if gid.startswith("0000:0000:0000:0000:0000:ffff:") else 1
+        if best is None or rank < best[0]:
+            best = (rank, int(name))
+    return best[1] if best else 0
 
 
 def gid_str(raw: bytes) -> str:
@@ -140,36 +256,25 @@ class RdmaPinger:
 
     def open(self) -> RdmaAddress:
         """Open the device, queue pair and buffers; the address to register."""
-        import pyverbs.enums as e
-        from pyverbs.cq import CQEX, CqInitAttrEx
-        from pyverbs.device import Context
-        from pyverbs.mr import MR
-        from pyverbs.pd import PD
-        from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
-
-        ctx = Context(name=self.device)
-        pd = PD(ctx)
-        stamped = e.IBV_WC_STANDARD_FLAGS | e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK
+        vb = load_verbs()
+        e = vb.e
+        ctx = vb.Context(name=self.device)
+        pd = vb.PD(ctx)
         try:
-            cq = CQEX(ctx, CqInitAttrEx(cqe=2 * self.depth, wc_flags=stamped))
+            cq = vb.CQEX(ctx, cq_attr(vb, self.depth, stamped=True))
             self.hw_clock = True
         except Exception as exc:  # the device has no wall-clock completion stamps
             log.info("%s: no completion wall clock (%s); host clock at post and poll",
                      self.device, exc)
-            cq = CQEX(ctx, CqInitAttrEx(cqe=2 * self.depth, wc_flags=e.IBV_WC_STANDARD_FLAGS))
-        cap = QPCap(max_send_wr=self.depth, max_recv_wr=self.depth, max_send_sge=1,
-                    max_recv_sge=1)
-        attr = QPAttr(port_num=self.port)
-        attr.qkey = QKEY
-        attr.pkey_index = 0
+            cq = vb.CQEX(ctx, cq_attr(vb, self.depth, stamped=False))
         # pyverbs moves a UD queue pair to ready-to-send when given attributes.
-        qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=cap), attr)
+        qp = vb.QP(pd, *qp_attrs(vb, cq, self.depth, self.port))
         slot = GRH_SIZE + self.max_size
-        recv_mr = MR(pd, slot * self.depth, e.IBV_ACCESS_LOCAL_WRITE)
-        send_mr = MR(pd, self.max_size * self.depth, e.IBV_ACCESS_LOCAL_WRITE)
+        recv_mr = vb.MR(pd, slot * self.depth, e.IBV_ACCESS_LOCAL_WRITE)
+        send_mr = vb.MR(pd, self.max_size * self.depth, e.IBV_ACCESS_LOCAL_WRITE)
         gid = str(ctx.query_gid(self.port, self.gid_index))
-        self._v = {"e": e, "ctx": ctx, "pd": pd, "cq": cq, "qp": qp, "recv_mr": recv_mr,
-                   "send_mr": send_mr, "slot": slot, "gid": gid}
+        self._v = {"vb": vb, "e": e, "ctx": ctx, "pd": pd, "cq": cq, "qp": qp,
+                   "recv_mr": recv_mr, "send_mr": send_mr, "slot": slot, "gid": gid}
         for i in range(self.depth):
             self._post_recv(i)
         self._token = int.from_bytes(os.urandom(8), "big")
@@ -190,34 +295,27 @@ class RdmaPinger:
 
     # -- sending ------------------------------------------------------------
     def _post_recv(self, i: int) -> None:
-        from pyverbs.wr import SGE, RecvWR
-
         v = self._v
-        sge = SGE(v["recv_mr"].buf + i * v["slot"], v["slot"], v["recv_mr"].lkey)
-        v["qp"].post_recv(RecvWR(wr_id=i, num_sge=1, sg=[sge]))
+        mr = v["recv_mr"]
+        v["qp"].post_recv(recv_wr(v["vb"], i, mr.buf + i * v["slot"], v["slot"], mr.lkey))
 
     def _ah(self, gid: str, label: int) -> Any:
         ah = self._ahs.get((gid, label))
         if ah is None:
-            from pyverbs.addr import AH, GID, AHAttr, GlobalRoute
-
-            gr = GlobalRoute(dgid=GID(gid), sgid_index=self.gid_index, flow_label=label,
-                             hop_limit=64)
-            ah = AH(self._v["pd"], attr=AHAttr(port_num=self.port, is_global=1, gr=gr))
+            vb = self._v["vb"]
+            ah = vb.AH(self._v["pd"], attr=address_attr(vb, gid, label, self.gid_index,
+                                                        self.port))
             self._ahs[(gid, label)] = ah
         return ah
 
     def _post_send(self, data: bytes, to: RdmaAddress, label: int, wr_id: int) -> None:
-        from pyverbs.wr import SGE, SendWR
-
         v = self._v
         # Send buffers in turn: one is reused only after depth - 1 later sends
         # (the prober polls completions every few dozen posts).
         self._slot = slot = (self._slot + 1) % self.depth
-        v["send_mr"].write(data, len(data), slot * self.max_size)
-        wr = SendWR(wr_id=wr_id, num_sge=1,
-                    sg=[SGE(v["send_mr"].buf + slot * self.max_size, len(data),
-                            v["send_mr"].lkey)])
+        mr = v["send_mr"]
+        mr.write(data, len(data), slot * self.max_size)
+        wr = send_wr(v["vb"], wr_id, mr.buf + slot * self.max_size, len(data), mr.lkey)
         wr.set_wr_ud(self._ah(to.gid, label), to.qpn, QKEY)
         v["qp"].post_send(wr)
 
@@ -248,13 +346,11 @@ class RdmaPinger:
         """Handle completions for up to timeout_s: answer probes, match
         replies, forget probes older than their timeout (the window
         accumulator counts them lost)."""
-        from pyverbs.cq import PollCqAttr
-
         v = self._v
         cq, e = v["cq"], v["e"]
         end = time.monotonic() + timeout_s
         while True:
-            ret = cq.start_poll(PollCqAttr())
+            ret = cq.start_poll(v["vb"].PollCqAttr())
             if ret == errno.ENOENT:
                 if time.monotonic() >= end:
                     return
@@ -374,7 +470,8 @@ def open_pingers(endpoints: dict[str, str], on_sent: Callable[[str, str, int, fl
         if device is None:
             why.append(f"{ep}: no RDMA device behind interface '{ifname}'")
             continue
-        p = RdmaPinger(device, on_sent, on_reply, src=ep, max_size=max(max_size, MIN_SIZE))
+        p = RdmaPinger(device, on_sent, on_reply, src=ep, max_size=max(max_size, MIN_SIZE),
+                       gid_index=roce_gid_index(device))
         try:
             addresses[ep] = p.open()
         except Exception as exc:  # a device that fails to open: that endpoint probes over UDP

@@ -16,12 +16,20 @@ from netskel.errors import InputError
 from netskel.topology import parse_topology
 from probe_agent.agent import split_targets
 from probe_agent.rdma import (
+    QKEY,
     RdmaAddress,
     RdmaPinger,
+    address_attr,
+    cq_attr,
     device_of_interface,
     flow_label,
     gid_str,
+    load_verbs,
+    qp_attrs,
     rdma_availability,
+    recv_wr,
+    roce_gid_index,
+    send_wr,
 )
 from testbed.layout import Layout, layout_doc
 
@@ -47,6 +55,79 @@ def test_device_found_behind_an_interface_in_sysfs(tmp_path):
     assert device_of_interface("eth1", tmp_path) == "mlx5_3"
     assert device_of_interface("eth2", tmp_path) is None
     assert device_of_interface("nope", tmp_path) is None
+
+
+def _gid_table(root, entries):
+    """A port's GID table as sysfs shows it: index -> (type, gid); a type of
+    None is an unused entry (its gid file missing, as reading it fails)."""
+    port = root / "mlx5_0" / "ports" / "1"
+    (port / "gids").mkdir(parents=True)
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    for i, (kind, gid) in entries.items():
+        if kind is not None:
+            (port / "gid_attrs" / "types" / str(i)).write_text(kind + "\n")
+            (port / "gids" / str(i)).write_text(gid + "\n")
+    return root
+
+
+V4 = "0000:0000:0000:0000:0000:ffff:0a00:0001"  # ::ffff:10.0.0.1
+LINK = "fe80:0000:0000:0000:0250:56ff:fe9a:1b2c"
+ZERO = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+@pytest.mark.parametrize("entries, index", [
+    # the usual RoCE table: v1 and v2 link-local, v1 and v2 IPv4-mapped
+    ({0: ("IB/RoCE v1", LINK), 1: ("RoCE v2", LINK), 2: ("IB/RoCE v1", V4),
+      3: ("RoCE v2", V4), 4: (None, "")}, 3),
+    ({0: ("IB/RoCE v1", LINK), 1: ("RoCE v2", LINK), 2: ("IB/RoCE v1", V4)}, 1),
+    ({0: ("IB/RoCE v1", LINK), 1: ("RoCE v2", ZERO), 12: ("RoCE v2", V4)}, 12),
+    ({0: ("IB/RoCE v1", LINK), 1: ("IB/RoCE v1", V4)}, 0),
+])
+def test_probes_leave_from_a_roce_v2_gid(tmp_path, entries, index):
+    assert roce_gid_index("mlx5_0", 1, _gid_table(tmp_path, entries)) == index
+
+
+def test_a_port_without_gid_types_probes_from_index_0(tmp_path):
+    (tmp_path / "mlx5_0" / "ports" / "1" / "gids").mkdir(parents=True)
+    assert roce_gid_index("mlx5_0", 1, tmp_path) == 0
+    assert roce_gid_index("absent", 1, tmp_path) == 0
+
+
+def test_the_prober_builds_its_verbs_objects_on_the_installed_pyverbs():
+    """No device needed: every attribute object the prober hands to
+    pyverbs, built by the prober's own functions on the real library, reads
+    back as meant (a renamed module, argument or constant fails here)."""
+    try:
+        vb = load_verbs()
+    except ImportError as exc:
+        pytest.skip(f"pyverbs is not importable here ({exc}); scripts/setup.sh installs "
+                    "Debian's python3-pyverbs where the venv's Python is 3.11")
+    e = vb.e
+    stamped, plain = cq_attr(vb, 256, stamped=True), cq_attr(vb, 256, stamped=False)
+    assert stamped.cqe == plain.cqe == 512
+    assert stamped.wc_flags == e.IBV_WC_STANDARD_FLAGS | e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK
+    assert plain.wc_flags == e.IBV_WC_STANDARD_FLAGS
+    init, attr = qp_attrs(vb, None, 128, 2)
+    assert init.qp_type == e.IBV_QPT_UD
+    assert (init.cap.max_send_wr, init.cap.max_recv_wr) == (128, 128)
+    assert (attr.qkey, attr.pkey_index, attr.port_num) == (QKEY, 0, 2)
+    label = flow_label(7, 4)
+    ah = address_attr(vb, GID, label, 3, 1)
+    assert (str(ah.dgid), ah.flow_label, ah.sgid_index, ah.is_global, ah.port_num) == \
+        (GID, label, 3, 1, 1)
+    assert ah.hop_limit > 1  # a routed RoCEv2 fabric: more than one hop
+    rw = recv_wr(vb, 9, 0x10000, 4136, 17)
+    assert (rw.wr_id, rw.num_sge) == (9, 1)
+    sw = send_wr(vb, (5 << 1) | 1, 0x20000, 64, 17)
+    assert (sw.wr_id, sw.num_sge, sw.opcode) == (11, 1, e.IBV_WR_SEND)
+    assert sw.send_flags & e.IBV_SEND_SIGNALED  # its completion is the send stamp
+    # What the prober calls on objects only a device can make.
+    for cls, names in ((vb.CQEX, ("start_poll", "poll_next", "end_poll", "read_opcode",
+                                  "read_completion_wallclock_ns", "wr_id", "status")),
+                       (vb.QP, ("post_send", "post_recv", "qp_num")),
+                       (vb.MR, ("buf", "lkey", "write", "read")),
+                       (vb.Context, ("query_gid",)), (vb.SendWR, ("set_wr_ud",))):
+        assert [n for n in names if not hasattr(cls, n)] == [], cls
 
 
 def test_registered_queue_pair_reaches_the_peers_ping_list_and_the_wire():
