@@ -24,4 +24,9 @@ PY=${PYTHON:-python3}
 # this machine image's local disk; where it cannot be installed, the test
 # that needs it skips and says why.
 .venv/bin/pip install -q torch==2.13.0 >/dev/null 2>&1 || echo "torch not installable here: the real-traffic test will skip"
+# Optional: rdma-core's pyverbs, so the tests build the RDMA prober's verbs
+# objects on the real library (pinging needs a device; none here).
+.venv/bin/python -c 'import pyverbs.device' 2>/dev/null \
+  || scripts/install_pyverbs.sh .venv/bin/python "$PWD/.venv/pyverbs" >/dev/null \
+  || echo "pyverbs not installable here: the RDMA prober's library test will skip"
 echo "setup done: .venv ready, system tools installed"

@@ -73,3 +73,8 @@ def test_image_builds_where_docker_runs():
     res = subprocess.run(["docker", "build", "-q", "-t", "netskel:test", str(ROOT)],
                          capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-2000:]
+    # The sidecar's RDMA prober has its library in the image (a device comes with the pod).
+    verbs = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", "netskel:test", "-c",
+                            "from probe_agent.rdma import load_verbs; load_verbs()"],
+                           capture_output=True, text=True, timeout=300)
+    assert verbs.returncode == 0, verbs.stderr[-2000:]
