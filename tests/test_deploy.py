@@ -54,7 +54,7 @@ def test_services_are_probed_and_speak_tls_and_agent_sidecar_has_what_it_needs()
         assert "/etc/netskel/tls" in mounts
     agent = next(c for c in _containers(render("agent-sidecar")) if c["name"] == "netskel-agent")
     caps = agent["securityContext"]["capabilities"]
-    assert caps["add"] == ["NET_RAW"] and caps["drop"] == ["ALL"]
+    assert caps["add"] == ["NET_RAW", "IPC_LOCK"] and caps["drop"] == ["ALL"]
     assert agent["resources"]["limits"]["rdma/hca"] == 1
     assert agent["livenessProbe"]["httpGet"]["path"] == "/metrics"
     env = {e["name"]: e.get("value") for e in agent["env"]}
