@@ -162,7 +162,8 @@ def rdma_availability() -> RdmaAvailability:
     return RdmaAvailability(True, "ok", names)
 
 
-def device_of_interface(ifname: str, sys_net: Path = Path("/sys/class/net")) -> str | None:
+def device_of_interface(ifname: str, sys_net: Path = Path("/sys/class/net"),
+                        sys_ib: Path = SYS_INFINIBAND) -> str | None:
     """The RDMA device behind a network interface (a VF's or a Soft-RoCE
     link's), from sysfs; None when the interface has none."""
     dev = sys_net / ifname / "device" / "infiniband"
@@ -174,8 +175,8 @@ def device_of_interface(ifname: str, sys_net: Path = Path("/sys/class/net")) -> 
         return names[0]
     # Soft-RoCE devices have no PCI parent: match their netdev by name.
     try:
-        for name in sorted(os.listdir(SYS_INFINIBAND)):
-            parent = SYS_INFINIBAND / name / "parent"
+        for name in sorted(os.listdir(sys_ib)):
+            parent = sys_ib / name / "parent"
             if parent.exists() and parent.read_text().strip() == ifname:
                 return name
     except OSError:
