@@ -105,7 +105,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       container=a.container or env("NETSKEL_CONTAINER", ""),
                       job=a.job or env("NETSKEL_JOB", ""), host=a.host or env("NETSKEL_HOST", ""),
                       endpoints=endpoints, probe_port=a.probe_port, probe_rate_hz=a.rate,
-                      counter_hz=a.counter_hz, busy_poll_us=a.busy_poll_us,
+                      counter_hz=a.counter_hz, busy_poll_us=a.busy_poll_us, dscp=a.dscp,
                       metrics_port=a.metrics_port,
                       vswitch=a.vswitch or env("NETSKEL_VSWITCH", ""),
                       vswitch_tunnel_ports=tuple(a.vswitch_tunnel_port or ()), vswitch_vni=a.vswitch_vni,
@@ -397,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--counter-hz", type=float, default=10.0, help="NIC counter sampling rate")
     g.add_argument("--busy-poll-us", type=int, default=0,
                    help="SO_BUSY_POLL on the probe sockets, microseconds (0: off)")
+    g.add_argument("--dscp", type=int, default=0,
+                   help="DSCP of probes and replies (0-63): the class the job's RDMA traffic "
+                        "runs in (often 26), so probes share its queues; 0: best effort")
     g.add_argument("--metrics-port", type=int, default=0)
     g.add_argument("--vswitch", help="ovs-ofctl target of the host's virtual switch (dumped for "
                    "overlay localization), e.g. unix:/run/openvswitch/br0.mgmt")

@@ -53,6 +53,11 @@ class AgentConfig:
     # to kernel stamp, so a faster wake-up is not in them: on veth it moved
     # the median by -1.7 and +0.3 us in two runs (bench/fidelity.py --busy-poll).
     busy_poll_us: int = 0
+    # DSCP of every probe and reply (0-63; IP TOS and the RoCE traffic class
+    # carry it shifted left by 2). Set it to the class the job's RDMA traffic
+    # runs in (often 26, lossless with PFC), so probes wait in the queues the
+    # training traffic waits in and see the faults it sees; 0 = best effort.
+    dscp: int = 0
     sizes: tuple[int, ...] = (64, 256, 1024, 2048, 4096)  # payload bytes, capped by the MTU
     counter_hz: float = 10.0           # NIC byte-counter sampling rate
     window_seconds: int = 30           # overridden by the controller at registration
@@ -87,6 +92,8 @@ class AgentConfig:
             raise InputError("agent.sizes: one or more positive probe sizes")
         if self.busy_poll_us < 0:
             raise InputError(f"agent.busy_poll_us: {self.busy_poll_us} is negative")
+        if not 0 <= self.dscp <= 63:
+            raise InputError(f"agent.dscp: {self.dscp} is not 0..63")
         if not 1 <= self.flows <= 64:
             raise InputError(f"agent.flows: {self.flows} is not 1..64")
         if not 0 < self.tunnel_port < 65536:

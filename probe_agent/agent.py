@@ -96,7 +96,7 @@ class Agent:
         self.stop_event = threading.Event()
         self.reports: queue.Queue[pb.AgentReport] = queue.Queue(maxsize=REPORT_QUEUE)
         self.responder = Responder([e.ip for e in self.endpoints], cfg.probe_port,
-                                   busy_poll_us=cfg.busy_poll_us)
+                                   busy_poll_us=cfg.busy_poll_us, dscp=cfg.dscp)
         self.probe_port = self.responder.port
         sizes = {e.id: size_classes(cfg.sizes, counters.interface_mtu(e.ifname) if e.ifname
                                     else None) for e in self.endpoints}
@@ -105,12 +105,12 @@ class Agent:
         self.accs = self._accumulators()  # by proto: the probers' window statistics
         self.prober = Prober({e.id: e.ip for e in self.endpoints}, sizes, cfg.probe_rate_hz,
                              cfg.probe_timeout_s, *self._recorders("udp"),
-                             busy_poll_us=cfg.busy_poll_us, flows=cfg.flows)
+                             busy_poll_us=cfg.busy_poll_us, flows=cfg.flows, dscp=cfg.dscp)
         # RDMA where the endpoint's interface has a device (UD queue pairs,
         # probe_agent/rdma.py); every other endpoint and target stays on UDP.
         pingers, addresses, self.rdma_note = ({}, {}, "off by configuration") if cfg.rdma == "off" \
             else open_pingers({e.id: e.ifname for e in self.endpoints},
-                              *self._rdma_recorders(), max(cfg.sizes))
+                              *self._rdma_recorders(), max(cfg.sizes), dscp=cfg.dscp)
         self.rdma = RdmaProber(pingers, cfg.probe_rate_hz, sizes, cfg.probe_timeout_s)
         self.endpoints = tuple(dataclasses.replace(e, rdma_gid=addresses[e.id].gid,
                                                    rdma_qpn=addresses[e.id].qpn)

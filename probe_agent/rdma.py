@@ -127,10 +127,13 @@ def qp_attrs(vb: SimpleNamespace, cq: Any, depth: int, port: int) -> tuple[Any, 
     return init, attr
 
 
-def address_attr(vb: SimpleNamespace, gid: str, label: int, sgid_index: int, port: int) -> Any:
+def address_attr(vb: SimpleNamespace, gid: str, label: int, sgid_index: int, port: int,
+                 dscp: int = 0) -> Any:
     """Where a probe goes: the target's GID over our GID index, with the
-    flow label that picks its RoCEv2 source port (its ECMP path)."""
-    gr = vb.GlobalRoute(dgid=vb.GID(gid), sgid_index=sgid_index, flow_label=label, hop_limit=64)
+    flow label that picks its RoCEv2 source port (its ECMP path) and the
+    traffic class (DSCP << 2) of the job's RDMA traffic."""
+    gr = vb.GlobalRoute(dgid=vb.GID(gid), sgid_index=sgid_index, flow_label=label, hop_limit=64,
+                        traffic_class=dscp << 2)
     return vb.AHAttr(port_num=port, is_global=1, gr=gr)
 
 
@@ -247,6 +250,7 @@ class RdmaPinger:
     depth: int = 256
     max_size: int = 4096
     flows: int = 4
+    dscp: int = 0
     _v: dict[str, Any] = field(default_factory=dict, repr=False)
     _pending: dict[int, _Pending] = field(default_factory=dict, repr=False)
     _ahs: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)
@@ -305,7 +309,7 @@ class RdmaPinger:
         if ah is None:
             vb = self._v["vb"]
             ah = vb.AH(self._v["pd"], attr=address_attr(vb, gid, label, self.gid_index,
-                                                        self.port))
+                                                        self.port, self.dscp))
             self._ahs[(gid, label)] = ah
         return ah
 
@@ -456,8 +460,8 @@ class RdmaProber:
 
 
 def open_pingers(endpoints: dict[str, str], on_sent: Callable[[str, str, int, float, int], None],
-                 on_reply: Callable[[str, str, int, float, float, int], None], max_size: int
-                 ) -> tuple[dict[str, RdmaPinger], dict[str, RdmaAddress], str]:
+                 on_reply: Callable[[str, str, int, float, float, int], None], max_size: int,
+                 dscp: int = 0) -> tuple[dict[str, RdmaPinger], dict[str, RdmaAddress], str]:
     """A queue pair for every endpoint (id -> interface) whose interface has
     an RDMA device: (pingers, their addresses, why the others have none)."""
     avail = rdma_availability()
@@ -472,7 +476,7 @@ def open_pingers(endpoints: dict[str, str], on_sent: Callable[[str, str, int, fl
             why.append(f"{ep}: no RDMA device behind interface '{ifname}'")
             continue
         p = RdmaPinger(device, on_sent, on_reply, src=ep, max_size=max(max_size, MIN_SIZE),
-                       gid_index=roce_gid_index(device))
+                       gid_index=roce_gid_index(device), dscp=dscp)
         try:
             addresses[ep] = p.open()
         except Exception as exc:  # a device that fails to open: that endpoint probes over UDP

@@ -72,15 +72,18 @@ IDLE_WAIT_S = 0.2  # longest sleep: how soon a stop or new targets are seen
 USER, KERNEL, HARDWARE = "user", "kernel", "hardware"
 
 
-def _open(ip: str, port: int, tx: bool = True, busy_poll_us: int = 0
+def _open(ip: str, port: int, tx: bool = True, busy_poll_us: int = 0, dscp: int = 0
           ) -> tuple[socket.socket, bool]:
     """A bound UDP socket, and whether the kernel stamps it (SO_TIMESTAMPING;
     otherwise receive stamps only, SO_TIMESTAMPNS). `tx`: stamp sends too
     (the prober; a responder would only fill its error queue).
     `busy_poll_us`: SO_BUSY_POLL, the device queue polled this long on a read
     that finds nothing (0: off; raising it needs CAP_NET_ADMIN, and a
-    refusal is logged, not raised: probing goes on without it)."""
+    refusal is logged, not raised: probing goes on without it).
+    `dscp`: the class every packet from it carries (IP TOS, ECN bits 0)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if dscp:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
     if busy_poll_us > 0:
         try:
             s.setsockopt(socket.SOL_SOCKET, SO_BUSY_POLL, busy_poll_us)
@@ -186,9 +189,10 @@ class Responder:
     within its rate."""
 
     def __init__(self, addresses: Iterable[str], port: int,
-                 limit: SourceLimit | None = None, busy_poll_us: int = 0) -> None:
+                 limit: SourceLimit | None = None, busy_poll_us: int = 0,
+                 dscp: int = 0) -> None:
         self.limit = limit or SourceLimit()
-        self.sockets = [_open(ip, port, tx=False, busy_poll_us=busy_poll_us)[0]
+        self.sockets = [_open(ip, port, tx=False, busy_poll_us=busy_poll_us, dscp=dscp)[0]
                         for ip in addresses]
         self.port = self.sockets[0].getsockname()[1] if self.sockets else port
         self._sel = selectors.DefaultSelector()
@@ -263,7 +267,7 @@ class Prober:
                  rate_hz: float, timeout_s: float, on_sent: SentHook, on_reply: ReplyHook,
                  rng: random.Random | None = None, kernel_tx: bool = True,
                  busy_poll_us: int = 0, flows: int = 1,
-                 on_trace_reply: Callable[[int], None] | None = None) -> None:
+                 on_trace_reply: Callable[[int], None] | None = None, dscp: int = 0) -> None:
         if rate_hz <= 0:
             raise ValueError("probe rate must be positive")
         if flows < 1:
@@ -271,7 +275,7 @@ class Prober:
         # kernel_tx False: the send stamp is user time before sendto, as
         # ping's is (bench/fidelity.py compares the two definitions).
         self.kernel_tx = kernel_tx
-        opened = {ep: [_open(ip, 0, tx=kernel_tx, busy_poll_us=busy_poll_us)
+        opened = {ep: [_open(ip, 0, tx=kernel_tx, busy_poll_us=busy_poll_us, dscp=dscp)
                        for _ in range(flows)] for ep, ip in sources.items()}
         self.flow_sockets = {ep: [sock for sock, _ in socks] for ep, socks in opened.items()}
         self.flows = {ep: tuple(sock.getsockname()[1] for sock in socks)

@@ -571,3 +571,46 @@ def test_the_rtt_histogram_exports_what_prometheus_clients_histogram_does():
     assert set(got) == set(want) and len(want) == 3 * (len(bounds) + 1 + 2)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-12), key
+
+
+def _tos_of_next(sock: socket.socket) -> tuple[bytes, int]:
+    """The next datagram and its TOS byte as this host's kernel received it."""
+    data, anc, _flags, _addr = sock.recvmsg(4096, socket.CMSG_SPACE(4))
+    (tos,) = [p[0] for level, kind, p in anc if level == socket.IPPROTO_IP and kind == socket.IP_TOS]
+    return data, tos
+
+
+def test_probes_and_replies_carry_the_configured_dscp():
+    """Probes in the class the job's RDMA traffic runs in wait in its queues."""
+    from netskel.config import AgentConfig
+    from probe_agent.udp import Prober, ProbeTarget
+
+    target = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    target.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    target.bind(("127.0.0.1", 0))
+    target.settimeout(5.0)
+    p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, 50.0, 1.0, lambda *a: None, lambda *a: None,
+               flows=2, dscp=26)
+    r = Responder(["127.0.0.1"], 0, dscp=46)
+    stop = threading.Event()
+    threads = [threading.Thread(target=f, args=(stop,), daemon=True) for f in (p.run, r.serve)]
+    for t in threads:
+        t.start()
+    try:
+        p.set_targets([ProbeTarget("a", "b", "127.0.0.1", target.getsockname()[1])])
+        tos = {_tos_of_next(target)[1] for _ in range(4)}  # both flows' sockets
+        assert tos == {26 << 2}
+        target.sendto(wire.encode(wire.Probe(wire.KIND_PROBE, 64, 1, 2, 3)), ("127.0.0.1", r.port))
+        data, reply_tos = _tos_of_next(target)
+        while wire.reply_fields(data) is None:  # the prober's probes keep coming meanwhile
+            data, reply_tos = _tos_of_next(target)
+        assert reply_tos == 46 << 2
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        p.close()
+        r.close()
+        target.close()
+    with pytest.raises(InputError, match="dscp"):
+        AgentConfig(dscp=64)

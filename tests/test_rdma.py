@@ -112,9 +112,10 @@ def test_the_prober_builds_its_verbs_objects_on_the_installed_pyverbs():
     assert (init.cap.max_send_wr, init.cap.max_recv_wr) == (128, 128)
     assert (attr.qkey, attr.pkey_index, attr.port_num) == (QKEY, 0, 2)
     label = flow_label(7, 4)
-    ah = address_attr(vb, GID, label, 3, 1)
+    ah = address_attr(vb, GID, label, 3, 1, dscp=26)
     assert (str(ah.dgid), ah.flow_label, ah.sgid_index, ah.is_global, ah.port_num) == \
         (GID, label, 3, 1, 1)
+    assert ah.traffic_class == 26 << 2  # the job's RDMA class: DSCP, ECN bits 0
     assert ah.hop_limit > 1  # a routed RoCEv2 fabric: more than one hop
     rw = recv_wr(vb, 9, 0x10000, 4136, 17)
     assert (rw.wr_id, rw.num_sge) == (9, 1)
