@@ -106,6 +106,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       job=a.job or env("NETSKEL_JOB", ""), host=a.host or env("NETSKEL_HOST", ""),
                       endpoints=endpoints, probe_port=a.probe_port, probe_rate_hz=a.rate,
                       counter_hz=a.counter_hz, busy_poll_us=a.busy_poll_us, dscp=a.dscp,
+                      hw_timestamps=a.hw_timestamps,
                       metrics_port=a.metrics_port,
                       vswitch=a.vswitch or env("NETSKEL_VSWITCH", ""),
                       vswitch_tunnel_ports=tuple(a.vswitch_tunnel_port or ()), vswitch_vni=a.vswitch_vni,
@@ -400,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dscp", type=int, default=0,
                    help="DSCP of probes and replies (0-63): the class the job's RDMA traffic "
                         "runs in (often 26), so probes share its queues; 0: best effort")
+    g.add_argument("--hw-timestamps", action="store_true",
+                   help="turn on the NIC's hardware stamping where offered and off (device-wide, "
+                        "needs NET_ADMIN); without it the agent only reports what it finds")
     g.add_argument("--metrics-port", type=int, default=0)
     g.add_argument("--vswitch", help="ovs-ofctl target of the host's virtual switch (dumped for "
                    "overlay localization), e.g. unix:/run/openvswitch/br0.mgmt")

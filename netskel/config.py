@@ -58,6 +58,10 @@ class AgentConfig:
     # runs in (often 26, lossless with PFC), so probes wait in the queues the
     # training traffic waits in and see the faults it sees; 0 = best effort.
     dscp: int = 0
+    # Turn on the NIC's hardware stamping (every packet, both ways) where it
+    # is offered and off: one setting of the whole device, needs NET_ADMIN,
+    # so off by default; the agent always logs what each interface offers.
+    hw_timestamps: bool = False
     sizes: tuple[int, ...] = (64, 256, 1024, 2048, 4096)  # payload bytes, capped by the MTU
     counter_hz: float = 10.0           # NIC byte-counter sampling rate
     window_seconds: int = 30           # overridden by the controller at registration

@@ -28,7 +28,7 @@ from netskel.config import AgentConfig
 from netskel.errors import InputError
 from netskel.model import CounterSample, VSwitchDump
 from netskel.security import Security, aio_channel, channel
-from probe_agent import check, counters, flowtrace, metrics, vswitch, wire
+from probe_agent import check, counters, flowtrace, hwstamp, metrics, vswitch, wire
 from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
 from probe_agent.udp import HARDWARE, USER, Prober, ProbeTarget, Reply, ReplyHook, Responder, Sent, SentHook
 from probe_agent.window import WindowAccumulator
@@ -95,6 +95,12 @@ class Agent:
         self.window_s = float(cfg.window_seconds)
         self.stop_event = threading.Event()
         self.reports: queue.Queue[pb.AgentReport] = queue.Queue(maxsize=REPORT_QUEUE)
+        # What each NIC stamps (and, if asked, hardware stamping turned on)
+        # before the sockets ask for stamps.
+        self.stamping = {e.ifname: hwstamp.prepare(e.ifname, cfg.hw_timestamps)
+                         for e in self.endpoints if e.ifname}
+        for _on, note in self.stamping.values():
+            log.info("timestamps: %s", note)
         self.responder = Responder([e.ip for e in self.endpoints], cfg.probe_port,
                                    busy_poll_us=cfg.busy_poll_us, dscp=cfg.dscp)
         self.probe_port = self.responder.port
