@@ -166,9 +166,20 @@ def _after_fault(dep, ended: float) -> None:
     window after the test had found "nothing open" (CI, once: the next test
     then waited on it)."""
     clear = ended + WINDOW_S
-    wait_for(lambda: time.time() > clear and all(
-        v != dpb.INCONCLUSIVE for v in dep.verdicts(dep.all_pairs(), since=clear).values()),
-             3 * WINDOW_S + 30, "a whole window after the fault from every pair", poll=1)
+    left: list[tuple[str, str]] = []
+
+    def every_pair_reported() -> bool:
+        if time.time() <= clear:
+            return False
+        left[:] = sorted(p for p, v in dep.verdicts(dep.all_pairs(), since=clear).items()
+                         if v == dpb.INCONCLUSIVE)
+        return not left
+
+    try:
+        wait_for(every_pair_reported, 3 * WINDOW_S + 30,
+                 "a whole window after the fault from every pair", poll=1)
+    except AssertionError as e:  # which pairs, to tell a slow agent from a lost window
+        raise AssertionError(f"{e}; no window since {clear:.1f} for {left}") from None
 
 
 def _wait_closed(dep):
