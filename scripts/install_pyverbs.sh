@@ -4,10 +4,14 @@
 # rdma-core and with it systemd and udev, so only its libraries come from
 # apt and the package itself is unpacked into DEST and put on the Python's
 # path by a .pth file. Debian 12 builds it for CPython 3.11 only.
-#   scripts/install_pyverbs.sh PYTHON DEST
+#   scripts/install_pyverbs.sh PYTHON /abs/path/pyverbs
 set -euo pipefail
 PY=${1:?python}
 DEST=${2:?destination directory}
+case "$DEST" in  # emptied and refilled below: only a directory of its own
+  /*/pyverbs) ;;
+  *) echo "pyverbs: DEST must be an absolute path ending in /pyverbs, not '$DEST'" >&2; exit 2 ;;
+esac
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
   echo "pyverbs: Debian's build is for Python 3.11, $PY is not" >&2
   exit 1
