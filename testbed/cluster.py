@@ -7,7 +7,9 @@ rules forward by overlay destination: deliver to a local container's VF, or
 send into the host's VXLAN device, whose forwarding table names the remote
 NIC. Containers are namespaces with one interface per rail. The tunnel
 copies each packet's TTL outward (`ttl inherit`), so a probe flow's route
-can be traced through it (probe_agent/flowtrace.py).
+can be traced through it (probe_agent/flowtrace.py), and its TOS (`tos
+inherit`), so the underlay queues a probe by its traffic class (`--dscp`),
+as a production overlay must for RDMA traffic.
 
 Everything created is recorded (see `Created`) and removed by `destroy()`,
 also from another process after a crash (`python -m testbed.cluster clean`).
@@ -268,7 +270,7 @@ class Cluster:
                       "fail_mode=secure")
             vx = f"vx{lay.vni}"
             run("ip", "-n", hns, "link", "add", vx, "mtu", str(OVERLAY_MTU), "type", "vxlan", "id",
-                str(lay.vni), "dstport", str(VXLAN_PORT), "nolearning", "ttl", "inherit")
+                str(lay.vni), "dstport", str(VXLAN_PORT), "nolearning", "ttl", "inherit", "tos", "inherit")
             run("ip", "-n", hns, "link", "set", vx, "up")
             ns(hns, "ethtool", "-K", vx, "tx", "off")
             ovs.vsctl("add-port", "br0", vx, "--", "set", "interface", vx,

@@ -42,6 +42,15 @@ def _nft(cluster: Cluster, link: str, table: str, rule: str) -> Undo:
     return undo
 
 
+def class_loss(cluster: Cluster, link: str, dscp: int, percent: int) -> Undo:
+    """Drop `percent` % of the packets of one traffic class (DSCP) crossing
+    the link, both ways: a lossless queue gone wrong, which traffic of
+    every other class never sees."""
+    if not 0 < percent < 100 or not 0 <= dscp <= 63:
+        raise ValueError("percent must be in 1..99 and dscp in 0..63")
+    return _nft(cluster, link, "nsk_class", f"ip dscp {dscp} numgen random mod 100 < {percent} drop")
+
+
 def random_loss(cluster: Cluster, link: str, percent: int) -> Undo:
     """Drop `percent` % of packets crossing the link, both ways."""
     if not 0 < percent <= 100:

@@ -33,11 +33,14 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
 EXAMPLE = ROOT / "examples" / "diagnose.py"
 LATE_S = 30
+DSCP = 26
 
 
 @pytest.fixture(scope="module")
 def dep():
-    with Deployment(Layout(hosts=4, rails=2, hosts_per_tor=2, spines=2), window_s=WINDOW_S) as d:
+    # Probes in the class of the job's RDMA traffic, as production would run them.
+    with Deployment(Layout(hosts=4, rails=2, hosts_per_tor=2, spines=2), window_s=WINDOW_S,
+                    agent_args=("--dscp", str(DSCP))) as d:
         yield d
 
 
@@ -204,6 +207,25 @@ def test_link_loss_is_detected_live(dep):
         assert votes[link] == max(votes.values())
         assert {(p.a, p.b) for p in inc.pairs} <= set(crossing)
         _page_shows_fault(dep, inc)
+    finally:
+        undo()
+    _wait_closed(dep)
+
+
+def test_a_fault_of_the_jobs_traffic_class_alone_is_found(dep):
+    """Only packets of the probes' class are dropped on the link (a lossless
+    queue gone wrong): found only because the probes carry the class, the
+    tunnel copies it outward and the underlay sees it on the outer header."""
+    dep.wait_all_ok(timeout=60)
+    link, crossing = _faulty_link(dep)
+    t_fault = time.time()
+    undo = faults.class_loss(dep.cluster, link, DSCP, 10)
+    try:
+        resp = _fault_incidents(dep, crossing, t_fault)
+        inc = next(i for i in resp.incidents if "votes" in i.evidence and link in i.evidence["votes"])
+        assert inc.symptom == cpb.SYMPTOM_LOSS
+        votes = dict(inc.evidence["votes"])
+        assert votes[link] == max(votes.values())  # its twin on every path may tie
     finally:
         undo()
     _wait_closed(dep)
