@@ -42,22 +42,26 @@ def _nft(cluster: Cluster, link: str, table: str, rule: str) -> Undo:
     return undo
 
 
+def _drop_share(percent: int) -> str:
+    """The nft statement dropping `percent` % (1..100) of what reaches it."""
+    if not 0 < percent <= 100:
+        raise ValueError("percent must be in 1..100")
+    # nft refuses "< 100" (the value is out of numgen's 0-99 range): all is all.
+    return "drop" if percent == 100 else f"numgen random mod 100 < {percent} drop"
+
+
 def class_loss(cluster: Cluster, link: str, dscp: int, percent: int) -> Undo:
     """Drop `percent` % of the packets of one traffic class (DSCP) crossing
     the link, both ways: a lossless queue gone wrong, which traffic of
     every other class never sees."""
-    if not 0 < percent < 100 or not 0 <= dscp <= 63:
-        raise ValueError("percent must be in 1..99 and dscp in 0..63")
-    return _nft(cluster, link, "nsk_class", f"ip dscp {dscp} numgen random mod 100 < {percent} drop")
+    if not 0 <= dscp <= 63:
+        raise ValueError("dscp must be in 0..63")
+    return _nft(cluster, link, "nsk_class", f"ip dscp {dscp} {_drop_share(percent)}")
 
 
 def random_loss(cluster: Cluster, link: str, percent: int) -> Undo:
     """Drop `percent` % of packets crossing the link, both ways."""
-    if not 0 < percent <= 100:
-        raise ValueError("percent must be in 1..100")
-    # nft refuses "< 100" (the value is out of numgen's 0-99 range): all is all.
-    rule = "drop" if percent == 100 else f"numgen random mod 100 < {percent} drop"
-    return _nft(cluster, link, "nsk_loss", rule)
+    return _nft(cluster, link, "nsk_loss", _drop_share(percent))
 
 
 def drop_above(cluster: Cluster, link: str, size: int) -> Undo:
