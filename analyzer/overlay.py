@@ -17,8 +17,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from netskel.model import VSwitchDump
-from netskel.topology import Rule, Topology, rule_network
+from netskel.model import FlowRule, VSwitchDump
+from netskel.topology import Endpoint, Rule, Topology, rule_network
 
 
 def rule_id(host: str, vni: int, dst: str) -> str:
@@ -34,6 +34,12 @@ class Trace:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+def _same_fate(a: Rule, b: Rule) -> bool:
+    """What happens to the packet, whatever the rules' prefixes and
+    priorities (a megaflow may match more narrowly than its rule)."""
+    return a.action == b.action and a.to == b.to
+
+
 def _rule_doc(r: Rule | None) -> dict[str, Any] | None:
     if r is None:
         return None
@@ -46,7 +52,11 @@ def _rule_doc(r: Rule | None) -> dict[str, Any] | None:
 class _Rules:
     """One switch's (or NIC's) rules, looked up by (VNI, address)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: bool = False) -> None:
+        # A datapath's cache (an agent's live read): a destination it does
+        # not hold says nothing (flows come and go with traffic); only one it
+        # holds with another fate than the switch's is a disagreement.
+        self.cache = cache
         self.exact: dict[tuple[int, str], Rule] = {}
         self.ranked: dict[int, list[tuple[Any, Rule]]] = {}  # by VNI, best first
         self.top: dict[int, int] = {}                         # highest priority per VNI
@@ -116,10 +126,49 @@ class OverlayTables:
             t.add(r)
 
     def set_host(self, dump: VSwitchDump) -> None:
-        """A live dump replaces that host's rules (its NICs' offloaded tables
-        stay); only traces are recomputed, not every host's index."""
+        """A live dump replaces that host's rules, and, where the agent read
+        its datapath, its NICs' offloaded tables (else those stay); only
+        traces are recomputed, not every host's index."""
         self._put(dump.host, self.rules_from_dump(dump))
+        if dump.datapath is not None:
+            self._put_datapath(dump)
         self._cache.clear()
+
+    def _put_datapath(self, dump: VSwitchDump) -> None:
+        """Each datapath flow belongs to the NIC it runs on: one leaving a
+        local port to that port's endpoint's NIC (the switch's own
+        deliveries say which endpoint sits behind a port), one arriving by
+        tunnel to the NIC of the local endpoint it is for. Flows no NIC can
+        be found for are left out. Where flows for one destination disagree
+        (several megaflows), the one differing from the switch is kept."""
+        host, topo = dump.host, self.topo
+        port_ep = {}
+        for r in dump.rules:
+            ep = self._ep_by_ip.get((r.vni, r.dst)) if r.action == "deliver" and r.to else None
+            if ep is not None and topo.nics[ep.nic].host == host:
+                port_ep[r.to] = ep
+        switch = self.tables[host]
+        held: list[tuple[bool, str, Rule]] = []
+        for f in dump.datapath or ():
+            r = f.rule
+            if f.from_tunnel:
+                ep = self._ep_by_ip.get((r.vni, r.dst))
+                if ep is None or topo.nics[ep.nic].host != host:
+                    ep = port_ep.get(r.to) if r.action == "deliver" else None
+            else:
+                ep = port_ep.get(f.port)
+            if ep is None:
+                continue
+            rule = self._from_dump(r, host, port_ep)
+            parsed = rule_network(rule.dst)
+            if parsed is None:
+                continue
+            mine = switch.lookup(rule.vni, str(parsed[1] or parsed[0].network_address))
+            held.append((mine is not None and _same_fate(mine, rule), ep.nic, rule))
+        tables = {nic: _Rules(cache=True) for nic in topo.hosts.get(host, ())}
+        for _, nic, rule in sorted(held, key=lambda h: h[0]):  # first added wins ties
+            tables.setdefault(nic, _Rules(cache=True)).add(rule)
+        self.offloaded.update(tables)
 
     def rules_from_dump(self, dump: VSwitchDump) -> tuple[Rule, ...]:
         """An agent's dump in the contract's terms: a delivery names the local
@@ -127,21 +176,25 @@ class OverlayTables:
         tunnel names the NIC with its outer IP, or, when the tunnel device
         chooses, the destination endpoint's NIC (None for a prefix: the
         trace then takes each destination's own NIC)."""
-        out = []
-        for r in dump.rules:
-            ep = self._ep_by_ip.get((r.vni, r.dst))
-            if r.action == "deliver":
-                here = ep is not None and self.topo.nics[ep.nic].host == dump.host
-                out.append(Rule(r.vni, r.dst, "deliver",
-                                ep.id if ep is not None and here else r.to or None, r.priority))
-            elif r.action == "tunnel":
-                to = self._nic_by_ip.get(r.to) if r.to else (ep.nic if ep is not None else None)
-                out.append(Rule(r.vni, r.dst, "tunnel", to, r.priority))
-            elif r.action in ("forward", "unknown"):
-                out.append(Rule(r.vni, r.dst, r.action, r.to or None, r.priority))
-            else:
-                out.append(Rule(r.vni, r.dst, "drop", None, r.priority))
-        return tuple(out)
+        return tuple(self._from_dump(r, dump.host) for r in dump.rules)
+
+    def _from_dump(self, r: FlowRule, host: str, port_ep: dict[str, Endpoint] | None = None
+                   ) -> Rule:
+        """`port_ep`: a datapath flow's delivery names the endpoint behind
+        its output port (a wrong port is then a different endpoint)."""
+        ep = self._ep_by_ip.get((r.vni, r.dst))
+        if r.action == "deliver":
+            if port_ep is not None and r.to in port_ep:
+                return Rule(r.vni, r.dst, "deliver", port_ep[r.to].id, r.priority)
+            here = ep is not None and self.topo.nics[ep.nic].host == host
+            return Rule(r.vni, r.dst, "deliver",
+                        ep.id if ep is not None and here else r.to or None, r.priority)
+        if r.action == "tunnel":
+            to = self._nic_by_ip.get(r.to) if r.to else (ep.nic if ep is not None else None)
+            return Rule(r.vni, r.dst, "tunnel", to, r.priority)
+        if r.action in ("forward", "unknown"):
+            return Rule(r.vni, r.dst, r.action, r.to or None, r.priority)
+        return Rule(r.vni, r.dst, "drop", None, r.priority)
 
     @property
     def known(self) -> bool:
@@ -193,7 +246,8 @@ class OverlayTables:
                                      else "rule not understood"})
             off_table = self.offloaded.get(nic)
             off = off_table.lookup(d.vni, d.ip) if off_table is not None else None
-            if off_table is not None and off != r:
+            if off_table is not None and (
+                    off != r if not off_table.cache else off is not None and not _same_fate(off, r)):
                 return Trace("nic", rule=rid, nic=nic, hops=tuple(hops),
                              detail={"switch_rule": _rule_doc(r), "offloaded_rule": _rule_doc(off)})
             if r.action == "deliver":

@@ -116,10 +116,24 @@ class FlowRule:
 
 
 @dataclass(frozen=True)
+class DatapathRule:
+    """One datapath flow (what a NIC offloading the switch holds) said as a
+    rule: `port` is its input port; a delivery's `to` names the output port,
+    a tunnel's the outer destination IP when the flow sets one."""
+
+    port: str
+    from_tunnel: bool  # arrived by tunnel (decapsulated), else from a local port
+    rule: FlowRule
+
+
+@dataclass(frozen=True)
 class VSwitchDump:
     host: str
     ts: float
     rules: tuple[FlowRule, ...]
+    # None: the agent did not read its datapath; else every flow that said
+    # one destination's fate (possibly none: nothing cached or offloaded).
+    datapath: tuple[DatapathRule, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from netskel.model import (
     AgentState,
     Component,
     CounterSample,
+    DatapathRule,
     FlowRule,
     Incident,
     RouteStats,
@@ -273,16 +274,28 @@ def agent_state_from_pb(m: pb.AgentState) -> AgentState:
                       registered=m.registered, ready=m.ready, last_heartbeat=m.last_heartbeat)
 
 
+def _rule_to_pb(r: FlowRule) -> pb.VSwitchRule:
+    return pb.VSwitchRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to, priority=r.priority)
+
+
+def _rule_from_pb(r: pb.VSwitchRule) -> FlowRule:
+    return FlowRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to, priority=r.priority)
+
+
 def vswitch_to_pb(d: VSwitchDump) -> pb.VSwitchDump:
-    return pb.VSwitchDump(host=d.host, ts=d.ts, rules=[
-        pb.VSwitchRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to, priority=r.priority)
-        for r in d.rules])
+    m = pb.VSwitchDump(host=d.host, ts=d.ts, rules=[_rule_to_pb(r) for r in d.rules])
+    if d.datapath is not None:
+        m.datapath_read = True
+        m.datapath.extend(pb.DatapathRule(port=f.port, from_tunnel=f.from_tunnel,
+                                          rule=_rule_to_pb(f.rule)) for f in d.datapath)
+    return m
 
 
 def vswitch_from_pb(m: pb.VSwitchDump) -> VSwitchDump:
-    return VSwitchDump(host=m.host, ts=m.ts, rules=tuple(
-        FlowRule(vni=r.vni, dst=r.dst, action=r.action, to=r.to, priority=r.priority)
-        for r in m.rules))
+    datapath = tuple(DatapathRule(port=f.port, from_tunnel=f.from_tunnel,
+                                  rule=_rule_from_pb(f.rule)) for f in m.datapath)
+    return VSwitchDump(host=m.host, ts=m.ts, rules=tuple(_rule_from_pb(r) for r in m.rules),
+                       datapath=datapath if m.datapath_read or datapath else None)
 
 
 # -- incidents ----------------------------------------------------------------

@@ -39,6 +39,7 @@ FAST = settings(max_examples=int(__import__("os").environ.get("NETSKEL_FUZZ_EXAM
 LAY = Layout(hosts=4, rails=2, hosts_per_tor=2, spines=2)
 DOC = layout_doc(LAY)
 TOPO = parse_topology(DOC)
+TOPO = parse_topology(DOC)
 EPS = sorted(TOPO.endpoints)
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40),
@@ -212,6 +213,43 @@ def test_vswitch_dump_reader_is_total(lines, header):
     assert all(f.priority >= 0 for f in dump.flows)
 
 
+dp_key = st.lists(st.sampled_from([
+    "recirc_id(0)", "in_port(c0e0)", "in_port(vx7)", "in_port()", "eth_type(0x0800)",
+    "eth_type(zz)", "ipv4(dst=192.168.10.2)", "ipv4(dst=192.168.10.0/255.255.255.0)",
+    "ipv4(dst=300.1.1.1/99)", "ipv4(src=1.1.1.1", "tunnel(tun_id=0x7,dst=10.0.0.1)",
+    "tunnel(tun_id=zz)", "(", ")", ""]), max_size=6).map(",".join)
+dp_actions = st.lists(st.sampled_from([
+    "drop", "vx7", "c0e0", "recirc(0x1)", "ct(commit,zone=7)", "set(tunnel(tun_id=0x9,dst=10.0.0.2))",
+    "set(tunnel(tun_id=q))", "tnl_push(header(ipv4(dst=1.2.3.4),vxlan(vni=zz)))",
+    "tnl_push(", "clone(c0e1)", ")", ""]), max_size=4).map(",".join)
+
+
+@FAST
+@given(st.lists(st.tuples(st.sampled_from(["", "ufid:1, ", "ufid:"]), dp_key,
+                          st.sampled_from([", packets:1, bytes:2, used:0.1s, ", ", ", " "]),
+                          st.sampled_from(["actions:", "", "offloaded:yes, dp:tc, actions:"]),
+                          dp_actions).map("".join), max_size=6),
+       st.sampled_from(["", "flow-dump from the main thread:\n"]), st.text(max_size=20))
+def test_datapath_flow_reader_and_the_nic_tables_are_total(lines, header, junk):
+    """Any dump text reads as rules or one DatapathError; whatever rules it
+    gives, the analyzer takes them as a host's NIC tables and still traces."""
+    from analyzer.overlay import OverlayTables
+    from netskel.dpflows import DatapathError, read_datapath
+    from netskel.model import FlowRule, VSwitchDump
+
+    try:
+        got = read_datapath(header + "\n".join([*lines, junk]), frozenset({"vx7"}), 7)
+    except DatapathError:
+        return
+    assert got.skipped <= got.flows and len(got.rules) <= got.flows
+    tables = OverlayTables(TOPO)
+    rules = tuple(FlowRule(LAY.vni, LAY.overlay_ip(h, 0), "deliver" if h == 0 else "tunnel",
+                           "c0e0" if h == 0 else "") for h in range(LAY.hosts))
+    tables.set_host(VSwitchDump(LAY.host(0), 0.0, rules, datapath=got.rules))
+    assert tables.round_trip(LAY.endpoint(0, 0), LAY.endpoint(1, 0)).kind in (
+        "ok", "nic", "blackhole", "unknown", "loop")
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_probe_wire_decoder_is_total(data):
@@ -270,6 +308,10 @@ window = st.builds(cpb.WindowStats, src=name, dst=name, window_start=f64, window
                    route=st.text(max_size=12),
                    routes=st.lists(st.builds(cpb.RouteStats, route=st.text(max_size=10),
                                              sent=u32, lost=u32, rtt_median=f64), max_size=2))
+vswitch_rule = st.builds(pb.VSwitchRule, vni=u32, dst=st.one_of(
+    st.sampled_from(["192.168.10.1", "192.168.10.0/24", "::1", "1.2.3.4/99"]), st.text(max_size=10)),
+    action=st.one_of(st.sampled_from(["deliver", "tunnel", "drop"]), st.text(max_size=8)),
+    to=st.text(max_size=10), priority=st.integers(-2**31, 2**31 - 1))
 endpoint_info = st.builds(pb.EndpointInfo, id=name, nic=name, ip=st.one_of(
     st.sampled_from(["10.0.0.1", "::1", "999.1.1.1"]), st.text(max_size=8)))
 report = st.one_of(
@@ -279,11 +321,12 @@ report = st.one_of(
               name, st.lists(st.builds(pb.CounterSample, endpoint=name, ts=f64,
                                        tx_bytes=st.integers(-2**63, 2**63 - 1),
                                        rx_bytes=st.integers(-2**63, 2**63 - 1)), max_size=3)),
-    st.builds(lambda c, h, rules: pb.AgentReport(container=c, vswitch=pb.VSwitchDump(
-        host=h, ts=1.0, rules=rules)), name, name,
-        st.lists(st.builds(pb.VSwitchRule, vni=u32, dst=st.text(max_size=10),
-                           action=st.text(max_size=8), to=st.text(max_size=10),
-                           priority=st.integers(-2**31, 2**31 - 1)), max_size=3)),
+    st.builds(lambda c, h, rules, dp, read: pb.AgentReport(container=c, vswitch=pb.VSwitchDump(
+        host=h, ts=1.0, rules=rules, datapath_read=read, datapath=[
+            pb.DatapathRule(port=p, from_tunnel=t, rule=r) for p, t, r in dp])), name, name,
+        st.lists(vswitch_rule, max_size=3),
+        st.lists(st.tuples(st.text(max_size=6), st.booleans(), vswitch_rule), max_size=3),
+        st.booleans()),
     st.builds(lambda c, i, ws: pb.AgentReport(container=c, check=pb.CheckResult(id=i, windows=ws)),
               name, st.text(max_size=6), st.lists(window, max_size=2)))
 pairs = st.lists(st.builds(cpb.EndpointPair, a=name, b=name), max_size=3)

@@ -553,6 +553,39 @@ class VSwitchRule(_message.Message):
 Global___VSwitchRule: _TypeAlias = VSwitchRule  # noqa: Y015
 
 @_typing.final
+class DatapathRule(_message.Message):
+    """One flow of the host's datapath (`ovs-appctl dpctl/dump-flows`; with
+    hardware offload, what the NIC holds) in the same terms: `port` is its
+    input port; a delivery's `to` is the output port, a tunnel's the outer
+    destination IP when the flow sets one.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORT_FIELD_NUMBER: _builtins.int
+    FROM_TUNNEL_FIELD_NUMBER: _builtins.int
+    RULE_FIELD_NUMBER: _builtins.int
+    port: _builtins.str
+    from_tunnel: _builtins.bool
+    """arrived by tunnel (decapsulated)"""
+    @_builtins.property
+    def rule(self) -> Global___VSwitchRule: ...
+    def __init__(
+        self,
+        *,
+        port: _builtins.str = ...,
+        from_tunnel: _builtins.bool = ...,
+        rule: Global___VSwitchRule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["rule", b"rule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_tunnel", b"from_tunnel", "port", b"port", "rule", b"rule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DatapathRule: _TypeAlias = DatapathRule  # noqa: Y015
+
+@_typing.final
 class VSwitchDump(_message.Message):
     """The host's virtual-switch table, dumped by an agent on that host."""
 
@@ -561,20 +594,30 @@ class VSwitchDump(_message.Message):
     HOST_FIELD_NUMBER: _builtins.int
     TS_FIELD_NUMBER: _builtins.int
     RULES_FIELD_NUMBER: _builtins.int
+    DATAPATH_READ_FIELD_NUMBER: _builtins.int
+    DATAPATH_FIELD_NUMBER: _builtins.int
     host: _builtins.str
     ts: _builtins.float
+    datapath_read: _builtins.bool
+    """True when the agent read its datapath: `datapath` is then every flow
+    that said one destination's fate, possibly none.
+    """
     @_builtins.property
     def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___VSwitchRule]: ...
+    @_builtins.property
+    def datapath(self) -> _containers.RepeatedCompositeFieldContainer[Global___DatapathRule]: ...
     def __init__(
         self,
         *,
         host: _builtins.str = ...,
         ts: _builtins.float = ...,
         rules: _abc.Iterable[Global___VSwitchRule] | None = ...,
+        datapath_read: _builtins.bool = ...,
+        datapath: _abc.Iterable[Global___DatapathRule] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "rules", b"rules", "ts", b"ts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["datapath", b"datapath", "datapath_read", b"datapath_read", "host", b"host", "rules", b"rules", "ts", b"ts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
