@@ -112,6 +112,8 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       vswitch_tunnel_ports=tuple(a.vswitch_tunnel_port or ()), vswitch_vni=a.vswitch_vni,
                       vswitch_interval_s=a.vswitch_interval,
                       vswitch_db=a.vswitch_db or env("NETSKEL_VSWITCH_DB", ""),
+                      vswitch_datapath=a.vswitch_datapath or env("NETSKEL_VSWITCH_DATAPATH", ""),
+                      vswitch_datapath_type=a.vswitch_datapath_type,
                       underlay_netns=a.underlay_netns or env("NETSKEL_UNDERLAY_NETNS", ""),
                       trace_interval_s=a.trace_interval, flows=a.flows,
                       tunnel_port=a.tunnel_port,
@@ -413,6 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vswitch-interval", type=float, default=10.0, help="seconds between dumps")
     g.add_argument("--vswitch-db", help="the switch's ovsdb (ovs-vsctl --db), e.g. "
                    "unix:/run/openvswitch/db.sock: which ports are tunnels and to where")
+    g.add_argument("--vswitch-datapath", help="ovs-appctl target of the switch's daemon (e.g. "
+                   "ovs-vswitchd, or its .ctl socket): its datapath flows are read with each "
+                   "dump, so a NIC whose offloaded flows disagree with the tables is named")
+    g.add_argument("--vswitch-datapath-type", default="offloaded",
+                   choices=("offloaded", "ovs", "tc", "all"),
+                   help="datapath flows to read: offloaded (default: the NIC's copy), ovs (the "
+                        "software cache, where nothing offloads), tc, all")
     g.add_argument("--underlay-netns", help="the host's network namespace file (e.g. "
                    "/proc/1/ns/net): route traces listen there for the routers' answers")
     g.add_argument("--rdma", choices=("auto", "off"), default=None,

@@ -71,6 +71,13 @@ class AgentConfig:
     vswitch_interval_s: float = 10.0   # seconds between table dumps
     vswitch_db: str = ""               # ovsdb of that switch (ovs-vsctl --db): tunnel ports' far
                                        # ends and types; "" = the flows and --vswitch-tunnel-port
+    # ovs-appctl target of that switch's daemon (ovs-vswitchd, or the path
+    # of its .ctl socket): its datapath flows are read with each dump, so a
+    # NIC whose offloaded flows disagree with the tables is named; "" = not read.
+    vswitch_datapath: str = ""
+    # Which datapath flows: "offloaded" (in hardware: the NIC's copy), "ovs"
+    # (the software cache, where nothing offloads), "tc", "all".
+    vswitch_datapath_type: str = "offloaded"
     # Network namespace file of the host (e.g. /proc/1/ns/net with hostPID,
     # /var/run/netns/NAME): where the NICs' underlay addresses live. Route
     # traces hear the routers' answers there; "" = no traces (the analyzer
@@ -102,6 +109,9 @@ class AgentConfig:
             raise InputError(f"agent.flows: {self.flows} is not 1..64")
         if not 0 < self.tunnel_port < 65536:
             raise InputError(f"agent.tunnel_port: {self.tunnel_port} is no UDP port")
+        if self.vswitch_datapath_type not in ("offloaded", "ovs", "tc", "all"):
+            raise InputError(f"agent.vswitch_datapath_type: '{self.vswitch_datapath_type}' is "
+                             "not offloaded, ovs, tc or all")
         if self.rdma not in ("auto", "off"):
             raise InputError(f"agent.rdma: '{self.rdma}' is not 'auto' or 'off'")
 

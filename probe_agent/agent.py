@@ -231,7 +231,7 @@ class Agent:
             return
         reader = vswitch.Reader(vswitch.VSwitchSource(
             self.cfg.vswitch, self.cfg.vswitch_tunnel_ports, self.cfg.vswitch_vni,
-            self.cfg.vswitch_db))
+            self.cfg.vswitch_db, self.cfg.vswitch_datapath, self.cfg.vswitch_datapath_type))
         while not self.stop_event.wait(self.cfg.vswitch_interval_s * random.uniform(0.9, 1.1)):
             try:
                 got = reader.read()
@@ -240,7 +240,16 @@ class Agent:
                             type(e).__name__, e)
                 metrics.VSWITCH_DUMP_FAILURES.inc()
                 continue
-            dump = VSwitchDump(host=self.cfg.host, ts=time.time(), rules=got.rules)
+            datapath = None
+            if self.cfg.vswitch_datapath:
+                try:
+                    datapath = reader.read_datapath(got.ports).rules
+                except Exception as e:  # the tables still go; the NICs' last tables stay
+                    log.warning("datapath flows from %s failed: %s: %s",
+                                self.cfg.vswitch_datapath, type(e).__name__, e)
+                    metrics.VSWITCH_DATAPATH_FAILURES.inc()
+            dump = VSwitchDump(host=self.cfg.host, ts=time.time(), rules=got.rules,
+                               datapath=datapath)
             self._enqueue(pb.AgentReport(container=self.cfg.container,
                                          vswitch=serde.vswitch_to_pb(dump)))
 

@@ -24,6 +24,12 @@ REGISTRY: CollectorRegistry = process_registry()
 VSWITCH_DUMP_FAILURES = Counter("netskel_agent_vswitch_dump_failures_total",
                                 "Virtual-switch table dumps that failed (the last good one stays)",
                                 registry=REGISTRY)
+VSWITCH_DATAPATH_FAILURES = Counter("netskel_agent_vswitch_datapath_failures_total",
+                                    "Datapath flow reads that failed (the analyzer keeps the NICs' "
+                                    "last tables)", registry=REGISTRY)
+VSWITCH_DATAPATH_FLOWS = Gauge("netskel_agent_vswitch_datapath_flows",
+                               "Flows of the last datapath read, by whether they said one "
+                               "destination's fate", ["judged"], registry=REGISTRY)
 VSWITCH_LINES_NOT_UNDERSTOOD = Gauge("netskel_agent_vswitch_lines_not_understood",
                                      "Lines of the last virtual-switch dump read as unknowns",
                                      registry=REGISTRY)

@@ -17,6 +17,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from netskel.dpflows import DatapathRead, read_datapath
 from netskel.model import FlowRule
 from netskel.ofdump import DumpError, FlowDump, NotUnderstood, read_dump
 from netskel.ofpipeline import Pipeline, Port, Ports
@@ -36,6 +37,8 @@ class VSwitchSource:
     tunnel_ports: tuple[int, ...]  # OpenFlow ports that are tunnels
     vni: int                       # VNI of those tunnels when rules do not say
     db: str = ""                   # ovsdb of the switch (ovs-vsctl --db): tunnel ports' far ends
+    datapath: str = ""             # ovs-appctl target of its daemon: datapath flows; "" = none
+    datapath_type: str = "offloaded"  # dpctl/dump-flows type=
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,18 @@ class Reader:
     def _ofctl(self, command: str) -> str:
         return subprocess.run(["ovs-ofctl", command, self.src.target], capture_output=True,
                               text=True, timeout=self.timeout, check=True).stdout
+
+    def read_datapath(self, ports: Ports) -> DatapathRead:
+        """The datapath's flows of the configured type (what the NICs hold
+        when it is `offloaded`); raises on a failed command or a non-dump."""
+        text = subprocess.run(["ovs-appctl", "-t", self.src.datapath, "dpctl/dump-flows", "-m",
+                               "--names", f"type={self.src.datapath_type}"], capture_output=True,
+                              text=True, timeout=self.timeout, check=True).stdout
+        got = read_datapath(text, frozenset(p.name for p in ports.ports if p.kind == "tunnel"),
+                            self.src.vni)
+        metrics.VSWITCH_DATAPATH_FLOWS.labels(judged="yes").set(got.flows - got.skipped)
+        metrics.VSWITCH_DATAPATH_FLOWS.labels(judged="no").set(got.skipped)
+        return got
 
     def read(self) -> VSwitchRead:
         """The current pipeline; raises on a failed command or a non-dump

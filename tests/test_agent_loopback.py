@@ -14,6 +14,7 @@ from netskel import serde
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.config import AgentConfig, ControllerConfig
+from netskel.model import FlowRule
 from probe_agent.agent import Agent
 from tests.helpers import wait_for
 
@@ -215,6 +216,16 @@ esac
 """
 
 
+FAKE_APPCTL = """#!/bin/sh
+# An ovs-appctl whose first datapath read fails, then answers one offloaded flow.
+n=$(cat "$STATE.dp" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "$STATE.dp"
+[ $n = 1 ] && { echo 'ovs-appctl: cannot connect to "ovs-vswitchd"' >&2; exit 1; }
+echo "$@" > "$STATE.args"
+printf 'ufid:1, recirc_id(0),in_port(c0e0),eth_type(0x0800),ipv4(dst=192.168.10.9,frag=no), '
+printf 'packets:5, bytes:490, used:0.1s, offloaded:yes, dp:tc, actions:drop\\n'
+"""
+
+
 def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc, tmp_path, sock,
                                                                         topo_file, monkeypatch):
     from probe_agent.metrics import REGISTRY
@@ -223,27 +234,42 @@ def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc,
     bin_dir.mkdir()
     (bin_dir / "ovs-ofctl").write_text(FAKE_OFCTL)
     (bin_dir / "ovs-ofctl").chmod(0o755)
+    (bin_dir / "ovs-appctl").write_text(FAKE_APPCTL)
+    (bin_dir / "ovs-appctl").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
     monkeypatch.setenv("STATE", str(tmp_path / "calls"))
     failures = "netskel_agent_vswitch_dump_failures_total"
+    dp_failures = "netskel_agent_vswitch_datapath_failures_total"
     before = REGISTRY.get_sample_value(failures) or 0.0
+    dp_before = REGISTRY.get_sample_value(dp_failures) or 0.0
     ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
                                             db=str(tmp_path / "c.sqlite"), window_seconds=1,
                                             heartbeat_interval_ms=200))
     channel = grpc.insecure_channel(sock)
     stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest())
     agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
-                            vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05))
+                            vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05,
+                            vswitch_datapath="ovs-vswitchd"))
     try:
         agent.start()
-        dump = None
+        dumps = []
         for ev in stream:
             if ev.HasField("vswitch"):
-                dump = serde.vswitch_from_pb(ev.vswitch)
-                break
-        assert dump is not None and dump.host == topo_doc["containers"][0]["host"]
+                dumps.append(serde.vswitch_from_pb(ev.vswitch))
+                if dumps[-1].datapath is not None or len(dumps) > 200:  # ~10 s of dumps
+                    break
+        dump = dumps[0]
+        assert dump.host == topo_doc["containers"][0]["host"]
         assert [(r.dst, r.action, r.to) for r in dump.rules] == [("192.168.10.9", "deliver",
                                                                    "c0e0")]
+        # The failed datapath read sent the tables without it (the analyzer
+        # keeps the NICs' last); the next carried the offloaded flow.
+        assert dump.datapath is None
+        assert (REGISTRY.get_sample_value(dp_failures) or 0.0) - dp_before >= 1
+        assert [(f.port, f.from_tunnel, f.rule) for f in dumps[-1].datapath or ()] == [
+            ("c0e0", False, FlowRule(7, "192.168.10.9", "drop", ""))]
+        assert (tmp_path / "calls.args").read_text().split() == [
+            "-t", "ovs-vswitchd", "dpctl/dump-flows", "-m", "--names", "type=offloaded"]
         # Three bad dumps (garbage, a failed command, a table cut mid-line) came
         # first: each counted, none sent, and the loop went on.
         assert (REGISTRY.get_sample_value(failures) or 0.0) - before >= 3
