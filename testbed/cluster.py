@@ -315,6 +315,10 @@ class Cluster:
                "--vswitch", f"unix:{self.ovs[h].dir}/br0.mgmt", "--vswitch-tunnel-port", str(TUNNEL_OFPORT),
                "--vswitch-db", self.ovs[h].db,
                "--vswitch-vni", str(lay.vni), "--vswitch-interval", "2",
+               # Its datapath's cached flows stand in for a NIC's offloaded ones (nothing
+               # here offloads; same grammar, same failure: a flow unlike its tables).
+               "--vswitch-datapath", f"{self.ovs[h].dir}/ovs-vswitchd.ctl",
+               "--vswitch-datapath-type", "ovs",
                # The host's network namespace, as hostPID + /proc/1/ns/net would give it.
                "--underlay-netns", f"/var/run/netns/{self.host_ns(h)}", "--trace-interval", "30"]
         for e in eps:

@@ -118,3 +118,28 @@ def delete_overlay_rule(cluster: Cluster, h: int, dst_ip: str) -> Undo:
     def undo() -> None:
         ovs.ofctl("add-flow", "br0", f"{match},actions={actions[0]}")
     return undo
+
+
+def stale_datapath_flow(cluster: Cluster, h: int, r: int, dst_ip: str) -> Undo:
+    """Host h's cached datapath flows from endpoint port c0e{r} to one overlay
+    destination rewritten to drop, the OpenFlow tables left right: what a
+    NIC holding a stale offloaded flow does (nothing here offloads, so the
+    software datapath's cache stands in for the NIC's copy). Flows exist
+    only while traffic runs; the revalidator leaves a flow alone until the
+    tables change. Undo purges the cache: the next packets reinstall it."""
+    ovs = cluster.ovs[h]
+    keys = []
+    for line in ovs.appctl("dpctl/dump-flows", "-m", "--names").splitlines():
+        head, _, actions = line.partition("actions:")
+        if (f"in_port(c0e{r})" in head and "recirc(" not in actions
+                and (f"dst={dst_ip}," in head or f"dst={dst_ip})" in head)):
+            key = head.split(", packets:")[0]
+            keys.append(key.partition(", ")[2] if key.startswith("ufid:") else key)
+    if not keys:
+        raise KeyError(f"host {h} caches no flow from c0e{r} to {dst_ip} (no traffic yet?)")
+    for key in keys:
+        ovs.appctl("dpctl/mod-flow", key, "drop")
+
+    def undo() -> None:
+        ovs.appctl("revalidator/purge")
+    return undo

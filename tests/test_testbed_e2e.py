@@ -326,6 +326,30 @@ def test_deleted_overlay_rule_is_named_from_the_live_switch_table(dep):
     _wait_closed(dep)
 
 
+def test_a_stale_datapath_flow_is_named_as_its_nic_not_a_link(dep):
+    """A NIC whose cached (offloaded) flow drops one destination's packets
+    while the switch's tables stay right: the agents' datapath reads name
+    that NIC, not the underlay and not a rule."""
+    dep.wait_all_ok(timeout=60)
+    lay = dep.layout
+    pair = tuple(sorted((lay.endpoint(0, 0), lay.endpoint(1, 0))))
+    nic = lay.nic(0, 0)
+    t_fault = time.time()
+    undo = faults.stale_datapath_flow(dep.cluster, 0, 0, lay.overlay_ip(1, 0))
+    try:
+        resp = wait_for(lambda: (r := dep.diagnose([pair], since=t_fault)).verdict
+                        == dpb.NETWORK_FAULT and any(i.component.id == nic for i in r.incidents)
+                        and r, 75, f"an incident naming {nic}", poll=1)
+        inc = next(i for i in resp.incidents if i.component.id == nic)
+        assert (inc.component.type, inc.layer) == (cpb.COMPONENT_TYPE_NIC, cpb.LAYER_NIC)
+        others = dep.diagnose([p for p in dep.all_pairs() if p != pair], since=t_fault)
+        assert all(i.layer != cpb.LAYER_UNDERLAY for i in [*resp.incidents, *others.incidents]), \
+            "a NIC's stale flow must not be blamed on the underlay"
+    finally:
+        undo()
+    _wait_closed(dep)
+
+
 def test_killed_agent_is_an_agent_problem_not_a_link(dep):
     dep.wait_all_ok(timeout=60)
     lay = dep.layout

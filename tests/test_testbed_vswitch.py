@@ -18,6 +18,7 @@ from probe_agent.vswitch import parse_dump_flows, parse_ports
 from testbed import faults
 from testbed.cluster import TUNNEL_OFPORT, create_cluster
 from testbed.layout import Layout, layout_doc
+from testbed.sh import CommandError, run
 from tests.conftest import requires_testbed
 
 pytestmark = requires_testbed
@@ -131,3 +132,50 @@ def test_native_tunnel_port_far_end_is_learned_from_the_switch(cluster):
     finally:
         ovs.ofctl("del-flows", "br0", "--strict", flow)
         ovs.vsctl("del-port", "br0", "tun9")
+
+
+def test_a_stale_datapath_flow_is_read_and_blamed_on_its_nic(cluster):
+    """The datapath's flows, read as the agent reads them, agree with the
+    switch's tables while traffic runs; one rewritten to drop (a stale
+    offloaded flow) makes the pair's trace name the NIC it leaves by."""
+    from probe_agent.vswitch import Reader, VSwitchSource
+
+    topo = parse_topology(layout_doc(LAY))
+    tables = OverlayTables(topo)
+    readers = {h: Reader(VSwitchSource(f"unix:{cluster.ovs[h].dir}/br0.mgmt", (TUNNEL_OFPORT,),
+                                       LAY.vni, cluster.ovs[h].db,
+                                       f"{cluster.ovs[h].dir}/ovs-vswitchd.ctl", "ovs"))
+               for h in range(LAY.hosts)}
+
+    def ping(src_h: int, dst_h: int, r: int) -> None:
+        run("ip", "netns", "exec", cluster.container_ns(src_h), "ping", "-c", "2", "-i", "0.05",
+            "-W", "1", LAY.overlay_ip(dst_h, r))
+
+    def load() -> None:
+        for h, reader in readers.items():
+            got = reader.read()
+            tables.set_host(VSwitchDump(LAY.host(h), 0.0, got.rules,
+                                        datapath=reader.read_datapath(got.ports).rules))
+
+    ping(0, 1, 0)
+    ping(0, 1, 1)
+    load()
+    held = readers[0].read_datapath(readers[0].read().ports).rules
+    assert {(f.port, f.rule.dst, f.rule.action) for f in held} >= {
+        ("c0e0", LAY.overlay_ip(1, 0), "tunnel"), (f"vx{LAY.vni}", LAY.overlay_ip(0, 0), "deliver")}
+    pairs = [(LAY.endpoint(0, r), LAY.endpoint(1, r)) for r in range(LAY.rails)]
+    assert [tables.round_trip(a, b).kind for a, b in pairs] == ["ok", "ok"]
+    undo = faults.stale_datapath_flow(cluster, 0, 0, LAY.overlay_ip(1, 0))
+    try:
+        with pytest.raises(CommandError):  # the flow really drops
+            ping(0, 1, 0)
+        load()
+        got = tables.round_trip(*pairs[0])
+        assert (got.kind, got.nic) == ("nic", LAY.nic(0, 0))
+        assert got.detail["offloaded_rule"]["action"] == "drop"
+        assert tables.round_trip(*pairs[1]).kind == "ok"
+    finally:
+        undo()
+    ping(0, 1, 0)
+    load()
+    assert [tables.round_trip(a, b).kind for a, b in pairs] == ["ok", "ok"]
