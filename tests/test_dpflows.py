@@ -13,7 +13,7 @@ import pytest
 from analyzer.engine import Analyzer
 from analyzer.overlay import OverlayTables
 from netskel.config import AnalyzerConfig
-from netskel.dpflows import DatapathError, read_datapath, split_top
+from netskel.dpflows import DatapathError, _int, _ipv4_dst, key_fields, read_datapath, split_top
 from netskel.model import DatapathRule, FlowRule, VSwitchDump, WindowStats
 from netskel.topology import parse_topology
 from testbed.layout import Layout, layout_doc
@@ -83,6 +83,37 @@ def test_empty_and_header_only_dumps_hold_nothing_and_garbage_is_one_error():
     assert read_datapath("flow-dump from pmd on cpu core: 3\n", frozenset(), 7).flows == 0
     with pytest.raises(DatapathError):
         read_datapath("ovs-vswitchd: no such datapath\n", frozenset(), 7)
+
+
+def _key_by_full_parse(key: str) -> tuple:
+    """The slow reference: every top-level field parsed."""
+    eth_type, in_port, dst, tunnel, tun_id = None, "", None, False, None
+    for tok in split_top(key):
+        name, _, args = tok.partition("(")
+        args = args[:-1] if tok.endswith(")") else None
+        if args is None or "(" in name:
+            continue
+        fields = dict(p.partition("=")[::2] for p in split_top(args))
+        if name == "eth_type":
+            eth_type = _int(args)
+        elif name == "in_port":
+            in_port = args
+        elif name == "ipv4" and "dst" in fields:
+            dst = _ipv4_dst(fields["dst"])
+        elif name == "tunnel":
+            tunnel, tun_id = True, _int(fields.get("tun_id", ""))
+    return eth_type, in_port, dst, tunnel, tun_id
+
+
+def test_key_patterns_agree_with_a_full_parse():
+    keys = [line.partition("actions:")[0].split(", packets:")[0].partition(", ")[2]
+            for line in (NETDEV + TC).splitlines() if "actions:" in line]
+    keys += ["tunnel(tun_id=0x9/0xffffffff,src=10.0.0.2,dst=10.0.0.1,flags(-df+csum+key)),"
+             "in_port(vx7),eth_type(0x0800),ipv4(src=1.1.1.1,dst=192.168.3.0/255.255.255.0)",
+             "in_port(1),eth_type(0x86dd),ipv6(dst=::1)", "eth_type(0x0800),ipv4(proto=17)"]
+    assert len(keys) == 9
+    for key in keys:
+        assert key_fields(key) == _key_by_full_parse(key), key
 
 
 def test_split_top_keeps_nested_parentheses():
