@@ -6,7 +6,11 @@ destination, as `ovs-ofctl dump-flows` prints it.
 Figures: reading the dump (our reader) against the ovs library's parser
 alone on the same lines (the baseline, same run); running the pipeline to
 the contract's rules (what the agent does when the table changed; an
-unchanged table is not run again); the median of --repeat runs.
+unchanged table is not run again); the median of --repeat runs. Then the
+datapath cache of such a host (what `--vswitch-datapath` reads: four
+cached flows per destination, as OVS cached them on the testbed) read to
+rules (netskel/dpflows.py) against the ovs library's datapath-flow parser
+alone on the same lines.
 
     python bench/vswitch.py [--hosts 64 250] [--repeat 3]
 """
@@ -20,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 
 def dump_text(hosts: int) -> tuple[str, str]:
@@ -36,6 +41,44 @@ def dump_text(hosts: int) -> tuple[str, str]:
                      f"{match} actions={actions}")
     show = "".join(f" {r + 1}(c0e{r}): addr:02:00:00:00:00:0{r}\n" for r in range(8))
     return "\n".join(lines) + "\n", show + " 100(vx7): addr:02:00:00:00:00:ff\n"
+
+
+def datapath_text(hosts: int) -> str:
+    """The datapath cache of a host talking to every destination: the four
+    flows Open vSwitch cached per destination on the testbed (recorded in
+    tests/data/dpctl), addresses renumbered."""
+    sample = (ROOT / "tests" / "data" / "dpctl" / "netdev-ovs3.1.txt").read_text().splitlines()
+    flows = [ln for ln in sample if "actions:" in ln and "eth_type(0x0800)" in ln]
+    lines = ["flow-dump from the main thread:"]
+    for i in range(hosts * 8):
+        dst = f"192.168.{10 + i // 250}.{2 + i % 250}"
+        lines += [ln.replace("192.168.10.2", dst) for ln in flows]
+    return "\n".join(lines) + "\n"
+
+
+def measure_datapath(hosts: int, repeat: int) -> dict[str, float | int]:
+    from ovs.flow.odp import ODPFlow
+
+    from netskel.dpflows import read_datapath
+
+    text = datapath_text(hosts)
+    flow_lines = [ln for ln in text.splitlines() if "actions:" in ln]
+    base, read = [], []
+    rules = 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for ln in flow_lines:
+            ODPFlow(ln)
+        t1 = time.perf_counter()
+        got = read_datapath(text, frozenset({"vx7"}), 7)
+        t2 = time.perf_counter()
+        base.append(t1 - t0)
+        read.append(t2 - t1)
+        rules = len(got.rules)
+    b, r = statistics.median(base), statistics.median(read)
+    return {"hosts": hosts, "datapath_flows": len(flow_lines), "datapath_rules": rules,
+            "ovs_odp_parse_s": round(b, 3), "datapath_read_s": round(r, 3),
+            "datapath_read_vs_ovs_parse": round(r / b, 3)}
 
 
 def measure(hosts: int, repeat: int) -> dict[str, float | int]:
@@ -73,7 +116,7 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, nargs="+", default=[64, 250])
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
-    out = [measure(h, a.repeat) for h in a.hosts]
+    out = [{**measure(h, a.repeat), **measure_datapath(h, a.repeat)} for h in a.hosts]
     for row in out:
         print(json.dumps(row), file=sys.stderr)
     print(json.dumps({"bench": "vswitch", "sizes": out}))
