@@ -248,6 +248,25 @@ def cmd_vswitch_parse(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_vswitch_datapath(a: argparse.Namespace) -> int:
+    """What the datapath (or a NIC offloading it) does per input port and
+    destination, as the agent's --vswitch-datapath reports it."""
+    from netskel.dpflows import DatapathError, read_datapath
+
+    try:
+        text = Path(a.dump).read_bytes().decode("utf-8", errors="replace")
+    except OSError as e:
+        raise InputError(f"{a.dump}: cannot read ({e.strerror or e})") from None
+    try:
+        got = read_datapath(text, frozenset(a.tunnel_port or ()), a.vni)
+    except DatapathError as e:
+        raise InputError(f"{a.dump}: not ovs-appctl dpctl/dump-flows output: {e}") from None
+    print(json.dumps({"flows": got.flows, "skipped": got.skipped, "rules": [
+        {"port": f.port, "from_tunnel": f.from_tunnel, "vni": f.rule.vni, "dst": f.rule.dst,
+         "action": f.rule.action, "to": f.rule.to} for f in got.rules]}, indent=1))
+    return 0
+
+
 def cmd_vswitch_trace(a: argparse.Namespace) -> int:
     from netskel.ofdump import mac_int
     from netskel.ofpipeline import Packet, Pipeline
@@ -476,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_import_csv)
 
     v = sub.add_parser("vswitch", help="read an ovs-ofctl dump-flows file: its rules, or a "
-                       "packet's path through it")
+                       "packet's path through it; or a datapath flow dump's rules")
     vs = v.add_subparsers(dest="vswitch_cmd", required=True)
     for name, fn, doc in (("parse", cmd_vswitch_parse, "every line as a contract rule, and the "
                            "lines not understood (JSON)"),
@@ -497,6 +516,15 @@ def build_parser() -> argparse.ArgumentParser:
             w.add_argument("--table", help="start in this table (number or name; default 0)")
             w.add_argument("--field", action="append", metavar="NAME=VALUE",
                            help="any other field the packet has, e.g. dl_src=aa:bb:cc:dd:ee:ff")
+
+    w = vs.add_parser("datapath", help="read an ovs-appctl dpctl/dump-flows -m --names file: "
+                      "each terminal IPv4 flow as a rule of its input port (JSON)")
+    w.add_argument("--dump", required=True, help="dpctl/dump-flows output (type=offloaded: what "
+                   "the NICs hold)")
+    w.add_argument("--tunnel-port", action="append", metavar="NAME",
+                   help="a datapath port that is a tunnel, by name (repeatable)")
+    w.add_argument("--vni", type=int, default=0, help="VNI of flows that carry no tunnel key")
+    w.set_defaults(fn=cmd_vswitch_datapath)
 
     s = sub.add_parser("simulate", help="contract files of simulated training traffic")
     s.add_argument("--job", action="append", required=True,

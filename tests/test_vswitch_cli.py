@@ -78,3 +78,27 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, says):
     files = {"garbage": str(tmp_path / "garbage"), "good": str(REAL / "ovs_pta_br-in1.txt")}
     rc, err = run(capsys, *[a.format(**files) for a in argv])
     assert rc == 2 and says in err and len(str(err).strip().splitlines()) == 1
+
+
+DPCTL = Path(__file__).resolve().parent / "data" / "dpctl"
+
+
+def test_datapath_flows_as_rules_of_their_input_ports(capsys):
+    rc, doc = run(capsys, "datapath", "--dump", str(DPCTL / "netdev-ovs3.1.txt"),
+                  "--tunnel-port", "vx7", "--vni", "7")
+    assert rc == 0 and (doc["flows"], doc["skipped"]) == (4, 2)
+    assert [(r["port"], r["from_tunnel"], r["dst"], r["action"], r["to"]) for r in doc["rules"]] == [
+        ("vx7", True, "192.168.10.1", "deliver", "c0e0"),
+        ("c0e0", False, "192.168.10.2", "tunnel", "")]
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"\xff\xfe garbage \x00\n", "not ovs-appctl dpctl/dump-flows output"),
+    (None, "cannot read"),
+])
+def test_datapath_bad_input_is_one_line_and_exit_2(capsys, tmp_path, content, says):
+    path = tmp_path / "dp.txt"
+    if content is not None:
+        path.write_bytes(content)
+    rc, err = run(capsys, "datapath", "--dump", str(path))
+    assert rc == 2 and says in err and len(str(err).strip().splitlines()) == 1
