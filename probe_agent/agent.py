@@ -36,6 +36,9 @@ from probe_agent.window import WindowAccumulator
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 REPORT_QUEUE = 10000
+# One report per stream message; the servers refuse messages over 4 MB
+# (netskel/grpcserver.py), which would fail the whole report stream.
+_REPORT_MAX_BYTES = 3 * 1024 * 1024
 UDP_IP_OVERHEAD = 28
 
 
@@ -250,8 +253,22 @@ class Agent:
                     metrics.VSWITCH_DATAPATH_FAILURES.inc()
             dump = VSwitchDump(host=self.cfg.host, ts=time.time(), rules=got.rules,
                                datapath=datapath)
-            self._enqueue(pb.AgentReport(container=self.cfg.container,
-                                         vswitch=serde.vswitch_to_pb(dump)))
+            report = pb.AgentReport(container=self.cfg.container,
+                                    vswitch=serde.vswitch_to_pb(dump))
+            if report.ByteSize() > _REPORT_MAX_BYTES and datapath:
+                # A report over the limit would fail the whole report stream.
+                log.warning("datapath flows of %s (%d rules) would make the dump %d bytes: "
+                            "tables sent without them", self.cfg.host, len(datapath),
+                            report.ByteSize())
+                metrics.VSWITCH_DATAPATH_FAILURES.inc()
+                report.vswitch.datapath_read = False
+                del report.vswitch.datapath[:]
+            if report.ByteSize() > _REPORT_MAX_BYTES:
+                log.warning("vswitch dump of %s is %d bytes, over %d: not sent", self.cfg.host,
+                            report.ByteSize(), _REPORT_MAX_BYTES)
+                metrics.VSWITCH_DUMP_FAILURES.inc()
+                continue
+            self._enqueue(report)
 
     def _trace_loop(self) -> None:
         """Each probe flow's underlay route (probe_agent/flowtrace.py): soon

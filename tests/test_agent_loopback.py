@@ -281,6 +281,50 @@ def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc,
         ctl.stop()
 
 
+FAKE_APPCTL_HUGE = """#!/bin/sh
+# A datapath holding 120,000 distinct destinations: ~3.7 MB of rules.
+awk 'BEGIN { for (i = 0; i < 120000; i++)
+  printf "recirc_id(0),in_port(c0e0),eth_type(0x0800),ipv4(dst=10.%d.%d.%d), actions:drop\\n",
+         int(i / 65536), int(i / 256) % 256, i % 256 }'
+"""
+
+
+def test_datapath_too_large_for_one_message_is_left_out_not_the_tables(
+        topo_doc, tmp_path, sock, topo_file, monkeypatch):
+    """Over the servers' message limit the report would fail the whole
+    stream (windows too): the tables go without the datapath."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("ovs-ofctl", FAKE_OFCTL), ("ovs-appctl", FAKE_APPCTL_HUGE)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("STATE", str(tmp_path / "calls"))
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
+                                            db=str(tmp_path / "c.sqlite"), window_seconds=1,
+                                            heartbeat_interval_ms=200))
+    channel = grpc.insecure_channel(sock)
+    stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest())
+    agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
+                            vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05,
+                            vswitch_datapath="ovs-vswitchd"))
+    try:
+        agent.start()
+        dumps = []
+        for ev in stream:
+            if ev.HasField("vswitch"):
+                dumps.append(serde.vswitch_from_pb(ev.vswitch))
+                if len(dumps) == 2:
+                    break
+        assert [len(d.rules) for d in dumps] == [1, 1]
+        assert [d.datapath for d in dumps] == [None, None]
+    finally:
+        stream.cancel()
+        channel.close()
+        agent.stop()
+        ctl.stop()
+
+
 def test_clean_stop_deregisters_and_raises_nothing(topo_file, topo_doc, tmp_path, sock):
     """SIGTERM's path (stop with deregister): the controller forgets the
     container, its peers drop it from their lists, and the analyzer opens no
