@@ -17,7 +17,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from netskel.dpflows import DatapathRead, read_datapath
+from netskel.dpflows import DatapathError, DatapathRead, read_datapath
 from netskel.model import FlowRule
 from netskel.ofdump import DumpError, FlowDump, NotUnderstood, read_dump
 from netskel.ofpipeline import Pipeline, Port, Ports
@@ -133,6 +133,8 @@ class Reader:
         text = subprocess.run(["ovs-appctl", "-t", self.src.datapath, "dpctl/dump-flows", "-m",
                                "--names", f"type={self.src.datapath_type}"], capture_output=True,
                               text=True, timeout=self.timeout, check=True).stdout
+        if text and not text.endswith("\n"):  # cut short: its last flow may say a wrong port
+            raise DatapathError(f"output ends mid-line after {len(text)} bytes")
         got = read_datapath(text, frozenset(p.name for p in ports.ports if p.kind == "tunnel"),
                             self.src.vni)
         metrics.VSWITCH_DATAPATH_FLOWS.labels(judged="yes").set(got.flows - got.skipped)

@@ -217,9 +217,12 @@ esac
 
 
 FAKE_APPCTL = """#!/bin/sh
-# An ovs-appctl whose first datapath read fails, then answers one offloaded flow.
+# An ovs-appctl whose first datapath read fails, the second is cut mid-line
+# (its port name half written), then answers one offloaded flow.
 n=$(cat "$STATE.dp" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "$STATE.dp"
 [ $n = 1 ] && { echo 'ovs-appctl: cannot connect to "ovs-vswitchd"' >&2; exit 1; }
+[ $n = 2 ] && { printf 'recirc_id(0),in_port(c0e0),eth_type(0x0800),ipv4(dst=192.168.10.9), '
+               printf 'actions:c0'; exit 0; }
 echo "$@" > "$STATE.args"
 printf 'ufid:1, recirc_id(0),in_port(c0e0),eth_type(0x0800),ipv4(dst=192.168.10.9,frag=no), '
 printf 'packets:5, bytes:490, used:0.1s, offloaded:yes, dp:tc, actions:drop\\n'
@@ -262,10 +265,10 @@ def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc,
         assert dump.host == topo_doc["containers"][0]["host"]
         assert [(r.dst, r.action, r.to) for r in dump.rules] == [("192.168.10.9", "deliver",
                                                                    "c0e0")]
-        # The failed datapath read sent the tables without it (the analyzer
-        # keeps the NICs' last); the next carried the offloaded flow.
-        assert dump.datapath is None
-        assert (REGISTRY.get_sample_value(dp_failures) or 0.0) - dp_before >= 1
+        # The failed and the cut-short datapath reads sent the tables without
+        # it (the analyzer keeps the NICs' last); the next carried the flow.
+        assert [d.datapath for d in dumps[:2]] == [None, None]
+        assert (REGISTRY.get_sample_value(dp_failures) or 0.0) - dp_before >= 2
         assert [(f.port, f.from_tunnel, f.rule) for f in dumps[-1].datapath or ()] == [
             ("c0e0", False, FlowRule(7, "192.168.10.9", "drop", ""))]
         assert (tmp_path / "calls.args").read_text().split() == [
