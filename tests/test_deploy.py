@@ -59,6 +59,10 @@ def test_services_are_probed_and_speak_tls_and_agent_sidecar_has_what_it_needs()
     assert agent["livenessProbe"]["httpGet"]["path"] == "/metrics"
     env = {e["name"]: e.get("value") for e in agent["env"]}
     assert env["NETSKEL_TLS_CERT"].startswith("/etc/netskel/tls/")
+    # Open vSwitch's sockets are 0750: only their owner (root here) can read
+    # the switch, so --vswitch flags on any other user would always fail.
+    if any(a.startswith("--vswitch") for a in agent["args"]):
+        assert agent["securityContext"].get("runAsUser") == 0
     (worker,) = [d for d in render("agent-sidecar") if d["kind"] == "StatefulSet"]
     (tls,) = [v for v in worker["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
     assert tls["csi"]["volumeAttributes"]["csi.cert-manager.io/uri-sans"] == \
