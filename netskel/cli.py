@@ -572,7 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--rails", type=int, default=2)
     m.add_argument("--window", type=int, default=10)
     m.add_argument("--fault", default="link-down",
-                   choices=["link-down", "loss", "mtu", "queue", "rule-delete"])
+                   choices=["link-down", "loss", "mtu", "queue", "rule-delete", "stale-flow"])
     m.add_argument("--keep", action="store_true", help="leave the cluster up until Ctrl-C")
     m.set_defaults(fn=cmd_demo)
     return p

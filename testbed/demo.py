@@ -57,6 +57,11 @@ def run_demo(a: argparse.Namespace) -> int:
             affected = d.crossing("tor-r0-0", "spine-0")
             undo = faults.rate_limit(d.cluster, link, load_from=(0, 2, 0))
             what = f"20 Mbit/s bottleneck and load on {link}"
+        elif a.fault == "stale-flow":
+            affected = [(lay.endpoint(0, 0), lay.endpoint(1, 0))]
+            undo = faults.stale_datapath_flow(d.cluster, 0, 0, lay.overlay_ip(1, 0))
+            what = (f"{lay.host(0)}'s cached flow to {lay.overlay_ip(1, 0)} drops "
+                    f"(a stale offloaded flow on {lay.nic(0, 0)}; tables right)")
         else:
             affected = [(lay.endpoint(0, 0), lay.endpoint(1, 0))]
             undo = faults.delete_overlay_rule(d.cluster, 0, lay.overlay_ip(1, 0))
