@@ -16,6 +16,8 @@ from testbed import faults
 from testbed.deploy import Deployment
 from testbed.layout import Layout
 
+LINK_FAULTS = ("link-down", "loss", "mtu", "queue")
+
 
 def preflight() -> None:
     if os.geteuid() != 0:
@@ -83,7 +85,8 @@ def run_demo(a: argparse.Namespace) -> int:
                 mark = "*" if (v.pair.a, v.pair.b) in affected else " "
                 print(f"  {mark} {v.pair.a:<18} {v.pair.b:<18} "
                       f"{serde.VERDICT_NAMES[v.verdict]:<14} {v.reason}")
-            print("  (* = crosses the fault per the kernel's ECMP choice)")
+            print("  (* = crosses the fault per the kernel's ECMP choice)" if a.fault in LINK_FAULTS
+                  else "  (* = the pair whose flow the fault breaks)")
             for inc in resp.incidents:
                 print(json.dumps(serde.incident_from_pb(inc).to_doc(), indent=1)[:1500])
             if a.keep:
