@@ -110,7 +110,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
                       metrics_port=a.metrics_port,
                       vswitch=a.vswitch or env("NETSKEL_VSWITCH", ""),
                       vswitch_tunnel_ports=tuple(a.vswitch_tunnel_port or ()), vswitch_vni=a.vswitch_vni,
-                      vswitch_interval_s=a.vswitch_interval,
+                      vswitch_interval_s=a.vswitch_interval, vswitch_refresh_s=a.vswitch_refresh,
                       vswitch_db=a.vswitch_db or env("NETSKEL_VSWITCH_DB", ""),
                       vswitch_datapath=a.vswitch_datapath or env("NETSKEL_VSWITCH_DATAPATH", ""),
                       vswitch_datapath_type=a.vswitch_datapath_type,
@@ -432,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenFlow port that is a tunnel (repeatable)")
     g.add_argument("--vswitch-vni", type=int, default=0, help="VNI of the tunnel ports")
     g.add_argument("--vswitch-interval", type=float, default=10.0, help="seconds between dumps")
+    g.add_argument("--vswitch-refresh", type=float, default=60.0,
+                   help="seconds after which an unchanged table is sent again (else only changes)")
     g.add_argument("--vswitch-db", help="the switch's ovsdb (ovs-vsctl --db), e.g. "
                    "unix:/run/openvswitch/db.sock: which ports are tunnels and to where")
     g.add_argument("--vswitch-datapath", help="ovs-appctl target of the switch's daemon (e.g. "

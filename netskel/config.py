@@ -69,6 +69,11 @@ class AgentConfig:
     vswitch_tunnel_ports: tuple[int, ...] = ()  # OpenFlow ports that are tunnels
     vswitch_vni: int = 0               # VNI of those tunnels when rules do not set one
     vswitch_interval_s: float = 10.0   # seconds between table dumps
+    # An unchanged table (and datapath) is sent again only after this long:
+    # a host's table is one rule per destination, a megabyte at 32 K
+    # endpoints, from every agent with --vswitch; the resend is for an
+    # analyzer that restarted meanwhile.
+    vswitch_refresh_s: float = 60.0
     vswitch_db: str = ""               # ovsdb of that switch (ovs-vsctl --db): tunnel ports' far
                                        # ends and types; "" = the flows and --vswitch-tunnel-port
     # ovs-appctl target of that switch's daemon (ovs-vswitchd, or the path
@@ -98,7 +103,8 @@ class AgentConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "agent", ("probe_rate_hz", "probe_timeout_s", "counter_hz",
-                                  "window_seconds", "vswitch_interval_s", "trace_interval_s"))
+                                  "window_seconds", "vswitch_interval_s", "vswitch_refresh_s",
+                                  "trace_interval_s"))
         if not self.sizes or min(self.sizes) <= 0:
             raise InputError("agent.sizes: one or more positive probe sizes")
         if self.busy_poll_us < 0:

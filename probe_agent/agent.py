@@ -235,6 +235,8 @@ class Agent:
         reader = vswitch.Reader(vswitch.VSwitchSource(
             self.cfg.vswitch, self.cfg.vswitch_tunnel_ports, self.cfg.vswitch_vni,
             self.cfg.vswitch_db, self.cfg.vswitch_datapath, self.cfg.vswitch_datapath_type))
+        last: tuple[object, object] | None = None  # (rules, datapath) last sent
+        last_sent = 0.0
         while not self.stop_event.wait(self.cfg.vswitch_interval_s * random.uniform(0.9, 1.1)):
             try:
                 got = reader.read()
@@ -251,6 +253,9 @@ class Agent:
                     log.warning("datapath flows from %s failed: %s: %s",
                                 self.cfg.vswitch_datapath, type(e).__name__, e)
                     metrics.VSWITCH_DATAPATH_FAILURES.inc()
+            now = time.monotonic()
+            if last == (got.rules, datapath) and now - last_sent < self.cfg.vswitch_refresh_s:
+                continue  # nothing new for the analyzer
             dump = VSwitchDump(host=self.cfg.host, ts=time.time(), rules=got.rules,
                                datapath=datapath)
             report = pb.AgentReport(container=self.cfg.container,
@@ -269,6 +274,7 @@ class Agent:
                 metrics.VSWITCH_DUMP_FAILURES.inc()
                 continue
             self._enqueue(report)
+            last, last_sent = (got.rules, datapath), now
 
     def _trace_loop(self) -> None:
         """Each probe flow's underlay route (probe_agent/flowtrace.py): soon
