@@ -17,7 +17,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from netskel.model import FlowRule, VSwitchDump
+from netskel.model import DatapathRule, FlowRule, VSwitchDump
 from netskel.topology import Endpoint, Rule, Topology, rule_network
 
 
@@ -114,6 +114,8 @@ class OverlayTables:
         self._ep_by_ip = {(e.vni, e.ip): e for e in topo.endpoints.values() if e.ip is not None}
         self._nic_by_ip = {n.ip: n.id for n in topo.nics.values() if n.ip}
         self._cache: dict[tuple[str, str], Trace] = {}
+        # Per host, the last live dump applied: (rules, datapath flows).
+        self._last: dict[str, tuple[tuple[FlowRule, ...], tuple[DatapathRule, ...] | None]] = {}
 
     @property
     def hosts(self) -> set[str]:
@@ -129,9 +131,14 @@ class OverlayTables:
         """A live dump replaces that host's rules, and, where the agent read
         its datapath, its NICs' offloaded tables (else those stay); only
         traces are recomputed, not every host's index."""
+        prev = self._last.get(dump.host)
+        if prev is not None and prev[0] == dump.rules and dump.datapath in (None, prev[1]):
+            return  # the same (a refresh, or another agent of the host): traces stand
         self._put(dump.host, self.rules_from_dump(dump))
         if dump.datapath is not None:
             self._put_datapath(dump)
+        self._last[dump.host] = (dump.rules, dump.datapath if dump.datapath is not None
+                                 else prev[1] if prev is not None else None)
         self._cache.clear()
 
     def _put_datapath(self, dump: VSwitchDump) -> None:

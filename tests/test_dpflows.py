@@ -209,3 +209,15 @@ def test_a_nic_with_a_stale_flow_is_the_incident_not_its_link():
 
     assert incidents((IN_OK, _out(1, "drop"))) == [("nic", LAY.nic(0, 0), "nic")]
     assert ("nic", LAY.nic(0, 0), "nic") not in incidents(None)
+
+
+def test_the_same_dump_again_leaves_the_tables_and_traces_alone():
+    """Every agent of a host sends its table, and each again after a while:
+    the analyzer applies a dump only when it differs."""
+    t = _tables(_out(1))
+    before = t.trace(LAY.endpoint(0, 0), LAY.endpoint(1, 0))  # cached until the tables change
+    t.set_host(VSwitchDump(LAY.host(0), 5.0, _switch(0), datapath=(IN_OK, _out(1))))
+    t.set_host(VSwitchDump(LAY.host(0), 6.0, _switch(0)))  # datapath not read: the same too
+    assert t.trace(LAY.endpoint(0, 0), LAY.endpoint(1, 0)) is before
+    t.set_host(VSwitchDump(LAY.host(0), 7.0, _switch(0), datapath=(IN_OK, _out(1, "drop"))))
+    assert _trip(t) == ("nic", LAY.nic(0, 0))
