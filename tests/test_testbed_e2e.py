@@ -182,7 +182,17 @@ def _after_fault(dep, ended: float) -> None:
         wait_for(every_pair_reported, 3 * WINDOW_S + 30,
                  "a whole window after the fault from every pair", poll=1)
     except AssertionError as e:  # which pairs, to tell a slow agent from a lost window
-        raise AssertionError(f"{e}; no window since {clear:.1f} for {left}") from None
+        hosts = sorted({_host_rail(dep, ep)[0] for pair in left for ep in pair})
+        logs = {h: _log_tail(dep.cluster.run_dir / f"agent-{h}.log") for h in hosts}
+        raise AssertionError(f"{e}; no window since {clear:.1f} for {left}; "
+                             f"their agents' last log lines: {logs}") from None
+
+
+def _log_tail(path: Path, lines: int = 8) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError as e:
+        return [f"({path}: {e.strerror})"]
 
 
 def _wait_closed(dep):
