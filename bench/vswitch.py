@@ -22,6 +22,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,27 +57,36 @@ def datapath_text(hosts: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_each(parser: Callable[[str], object], lines: list[str]) -> None:
+    """The ovs library's parser on every line, nothing kept (the baseline)."""
+    for ln in lines:
+        parser(ln)
+
+
+def medians(repeat: int, *steps: Callable[[], object]) -> tuple[list[float], list[object]]:
+    """Each step run `repeat` times, interleaved (step 1, 2, ..., 1, 2, ...):
+    the median seconds of each, and what each returned last."""
+    times: list[list[float]] = [[] for _ in steps]
+    last: list[object] = [None] * len(steps)
+    for _ in range(repeat):
+        for i, step in enumerate(steps):
+            t0 = time.perf_counter()
+            last[i] = step()
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times], last
+
+
 def measure_datapath(hosts: int, repeat: int) -> dict[str, float | int]:
     from ovs.flow.odp import ODPFlow
 
-    from netskel.dpflows import read_datapath
+    from netskel.dpflows import DatapathRead, read_datapath
 
     text = datapath_text(hosts)
     flow_lines = [ln for ln in text.splitlines() if "actions:" in ln]
-    base, read = [], []
-    rules = 0
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for ln in flow_lines:
-            ODPFlow(ln)
-        t1 = time.perf_counter()
-        got = read_datapath(text, frozenset({"vx7"}), 7)
-        t2 = time.perf_counter()
-        base.append(t1 - t0)
-        read.append(t2 - t1)
-        rules = len(got.rules)
-    b, r = statistics.median(base), statistics.median(read)
-    return {"hosts": hosts, "datapath_flows": len(flow_lines), "datapath_rules": rules,
+    (b, r), (_, got) = medians(repeat, lambda: parse_each(ODPFlow, flow_lines),
+                               lambda: read_datapath(text, frozenset({"vx7"}), 7))
+    assert isinstance(got, DatapathRead)
+    return {"hosts": hosts, "datapath_flows": len(flow_lines), "datapath_rules": len(got.rules),
             "ovs_odp_parse_s": round(b, 3), "datapath_read_s": round(r, 3),
             "datapath_read_vs_ovs_parse": round(r / b, 3)}
 
@@ -89,22 +99,10 @@ def measure(hosts: int, repeat: int) -> dict[str, float | int]:
 
     text, show = dump_text(hosts)
     flow_lines = [ln.strip() for ln in text.splitlines() if "actions=" in ln]
-    base, read, full = [], [], []
-    rules = 0
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for ln in flow_lines:
-            OFPFlow(ln)
-        t1 = time.perf_counter()
-        read_dump(text)
-        t2 = time.perf_counter()
-        got = parse_dump_flows(text, (100,), 7, show)
-        t3 = time.perf_counter()
-        base.append(t1 - t0)
-        read.append(t2 - t1)
-        full.append(t3 - t2)
-        rules = len(got.rules)
-    b, r, f = (statistics.median(x) for x in (base, read, full))
+    (b, r, f), (_, _, got) = medians(repeat, lambda: parse_each(OFPFlow, flow_lines),
+                                     lambda: read_dump(text),
+                                     lambda: parse_dump_flows(text, (100,), 7, show))
+    rules = len(got.rules)  # type: ignore[attr-defined]
     return {"hosts": hosts, "flows": len(flow_lines), "rules": rules,
             "ovs_parse_s": round(b, 3), "read_s": round(r, 3),
             "read_vs_ovs_parse": round(r / b, 2), "read_and_run_s": round(f, 3),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import queue
 import threading
 
@@ -229,59 +231,69 @@ printf 'packets:5, bytes:490, used:0.1s, offloaded:yes, dp:tc, actions:drop\\n'
 """
 
 
-def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc, tmp_path, sock,
-                                                                        topo_file, monkeypatch):
-    from probe_agent.metrics import REGISTRY
-
+@contextlib.contextmanager
+def _vswitch_dumps(topo_doc, tmp_path, sock, topo_file, monkeypatch, fakes: dict[str, str],
+                   **agent_kw):
+    """An agent reading a fake switch (`fakes`: program name -> shell script,
+    first on PATH; $STATE is theirs to count calls in) under a real
+    controller; yields the vswitch dumps of the controller's report feed."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "ovs-ofctl").write_text(FAKE_OFCTL)
-    (bin_dir / "ovs-ofctl").chmod(0o755)
-    (bin_dir / "ovs-appctl").write_text(FAKE_APPCTL)
-    (bin_dir / "ovs-appctl").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    for name, text in fakes.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("STATE", str(tmp_path / "calls"))
-    failures = "netskel_agent_vswitch_dump_failures_total"
-    dp_failures = "netskel_agent_vswitch_datapath_failures_total"
-    before = REGISTRY.get_sample_value(failures) or 0.0
-    dp_before = REGISTRY.get_sample_value(dp_failures) or 0.0
     ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
                                             db=str(tmp_path / "c.sqlite"), window_seconds=1,
                                             heartbeat_interval_ms=200))
     channel = grpc.insecure_channel(sock)
-    stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest())
+    stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest(),
+                                                             timeout=60)  # fails, never hangs
     agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
                             vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05,
-                            vswitch_datapath="ovs-vswitchd"))
+                            **agent_kw))
     try:
         agent.start()
-        dumps = []
-        for ev in stream:
-            if ev.HasField("vswitch"):
-                dumps.append(serde.vswitch_from_pb(ev.vswitch))
-                if dumps[-1].datapath is not None or len(dumps) > 200:  # ~10 s of dumps
-                    break
-        dump = dumps[0]
-        assert dump.host == topo_doc["containers"][0]["host"]
-        assert [(r.dst, r.action, r.to) for r in dump.rules] == [("192.168.10.9", "deliver",
-                                                                   "c0e0")]
-        # The failed and the cut-short datapath reads sent the tables without
-        # it, once (the analyzer keeps the NICs' last); the next carried the flow.
-        assert [d.datapath is None for d in dumps] == [True, False]
-        assert (REGISTRY.get_sample_value(dp_failures) or 0.0) - dp_before >= 2
-        assert [(f.port, f.from_tunnel, f.rule) for f in dumps[-1].datapath or ()] == [
-            ("c0e0", False, FlowRule(7, "192.168.10.9", "drop", ""))]
-        assert (tmp_path / "calls.args").read_text().split() == [
-            "-t", "ovs-vswitchd", "dpctl/dump-flows", "-m", "--names", "type=offloaded"]
-        # Three bad dumps (garbage, a failed command, a table cut mid-line) came
-        # first: each counted, none sent, and the loop went on.
-        assert (REGISTRY.get_sample_value(failures) or 0.0) - before >= 3
-        assert int((tmp_path / "calls").read_text()) >= 4
+        yield (serde.vswitch_from_pb(ev.vswitch) for ev in stream if ev.HasField("vswitch"))
     finally:
         stream.cancel()
         channel.close()
         agent.stop()
         ctl.stop()
+
+
+def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc, tmp_path, sock,
+                                                                        topo_file, monkeypatch):
+    from probe_agent.metrics import REGISTRY
+
+    failures = "netskel_agent_vswitch_dump_failures_total"
+    dp_failures = "netskel_agent_vswitch_datapath_failures_total"
+    before = REGISTRY.get_sample_value(failures) or 0.0
+    dp_before = REGISTRY.get_sample_value(dp_failures) or 0.0
+    with _vswitch_dumps(topo_doc, tmp_path, sock, topo_file, monkeypatch,
+                        {"ovs-ofctl": FAKE_OFCTL, "ovs-appctl": FAKE_APPCTL},
+                        vswitch_datapath="ovs-vswitchd") as feed:
+        dumps = []
+        for d in feed:
+            dumps.append(d)
+            if d.datapath is not None or len(dumps) > 200:  # ~10 s of dumps
+                break
+    dump = dumps[0]
+    assert dump.host == topo_doc["containers"][0]["host"]
+    assert [(r.dst, r.action, r.to) for r in dump.rules] == [("192.168.10.9", "deliver", "c0e0")]
+    # The failed and the cut-short datapath reads sent the tables without
+    # it, once (the analyzer keeps the NICs' last); the next carried the flow.
+    assert [d.datapath is None for d in dumps] == [True, False]
+    assert (REGISTRY.get_sample_value(dp_failures) or 0.0) - dp_before >= 2
+    assert [(f.port, f.from_tunnel, f.rule) for f in dumps[-1].datapath or ()] == [
+        ("c0e0", False, FlowRule(7, "192.168.10.9", "drop", ""))]
+    assert (tmp_path / "calls.args").read_text().split() == [
+        "-t", "ovs-vswitchd", "dpctl/dump-flows", "-m", "--names", "type=offloaded"]
+    # Three bad dumps (garbage, a failed command, a table cut mid-line) came
+    # first: each counted, none sent, and the loop went on.
+    assert (REGISTRY.get_sample_value(failures) or 0.0) - before >= 3
+    assert int((tmp_path / "calls").read_text()) >= 4
 
 
 FAKE_OFCTL_CHANGING = """#!/bin/sh
@@ -302,34 +314,11 @@ def test_an_unchanged_table_is_not_sent_again_a_changed_one_is(topo_doc, tmp_pat
                                                                topo_file, monkeypatch):
     """Every agent with --vswitch reads its host's whole table every few
     seconds; only a change (or the refresh) goes to the controller."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ovs-ofctl").write_text(FAKE_OFCTL_CHANGING)
-    (bin_dir / "ovs-ofctl").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
-    monkeypatch.setenv("STATE", str(tmp_path / "calls"))
-    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
-                                            db=str(tmp_path / "c.sqlite"), window_seconds=1,
-                                            heartbeat_interval_ms=200))
-    channel = grpc.insecure_channel(sock)
-    stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest())
-    agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
-                            vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05))
-    try:
-        agent.start()
-        dumps = []
-        for ev in stream:
-            if ev.HasField("vswitch"):
-                dumps.append(serde.vswitch_from_pb(ev.vswitch))
-                if len(dumps) == 2:
-                    break
-        assert [[r.dst for r in d.rules] for d in dumps] == [["192.168.10.9"], ["192.168.10.10"]]
-        assert int((tmp_path / "calls").read_text()) >= 8  # seven reads, one send
-    finally:
-        stream.cancel()
-        channel.close()
-        agent.stop()
-        ctl.stop()
+    with _vswitch_dumps(topo_doc, tmp_path, sock, topo_file, monkeypatch,
+                        {"ovs-ofctl": FAKE_OFCTL_CHANGING}) as feed:
+        dumps = [next(feed), next(feed)]
+    assert [[r.dst for r in d.rules] for d in dumps] == [["192.168.10.9"], ["192.168.10.10"]]
+    assert int((tmp_path / "calls").read_text()) >= 8  # seven reads, one send
 
 
 FAKE_APPCTL_HUGE = """#!/bin/sh
@@ -344,36 +333,12 @@ def test_datapath_too_large_for_one_message_is_left_out_not_the_tables(
         topo_doc, tmp_path, sock, topo_file, monkeypatch):
     """Over the servers' message limit the report would fail the whole
     stream (windows too): the tables go without the datapath."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, text in (("ovs-ofctl", FAKE_OFCTL), ("ovs-appctl", FAKE_APPCTL_HUGE)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
-    monkeypatch.setenv("STATE", str(tmp_path / "calls"))
-    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
-                                            db=str(tmp_path / "c.sqlite"), window_seconds=1,
-                                            heartbeat_interval_ms=200))
-    channel = grpc.insecure_channel(sock)
-    stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest())
-    agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
-                            vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05,
-                            vswitch_datapath="ovs-vswitchd", vswitch_refresh_s=0.05))
-    try:
-        agent.start()
-        dumps = []
-        for ev in stream:
-            if ev.HasField("vswitch"):
-                dumps.append(serde.vswitch_from_pb(ev.vswitch))
-                if len(dumps) == 2:
-                    break
-        assert [len(d.rules) for d in dumps] == [1, 1]
-        assert [d.datapath for d in dumps] == [None, None]
-    finally:
-        stream.cancel()
-        channel.close()
-        agent.stop()
-        ctl.stop()
+    with _vswitch_dumps(topo_doc, tmp_path, sock, topo_file, monkeypatch,
+                        {"ovs-ofctl": FAKE_OFCTL, "ovs-appctl": FAKE_APPCTL_HUGE},
+                        vswitch_datapath="ovs-vswitchd", vswitch_refresh_s=0.05) as feed:
+        dumps = [next(feed), next(feed)]
+    assert [len(d.rules) for d in dumps] == [1, 1]
+    assert [d.datapath for d in dumps] == [None, None]
 
 
 def test_clean_stop_deregisters_and_raises_nothing(topo_file, topo_doc, tmp_path, sock):
