@@ -37,6 +37,8 @@ _IPV4 = re.compile(r"ipv4\(([^()]*)\)")
 _TUNNEL = re.compile(r"tunnel\(((?:[^()]|\([^()]*\))*)\)")
 # Actions whose effect depends on more than the flow: never judged.
 _BRANCHING = ("clone(", "sample(", "check_pkt_len(", "userspace(", "controller(")
+# Actions written as a bare word, like a port: not outputs.
+_BARE_ACTIONS = frozenset({"drop", "ct_clear", "pop_vlan", "pop_eth", "pop_nsh"})
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,7 @@ def _rule(key: str, actions: str, tunnel_ports: frozenset[str],
     outputs: list[str] = []
     tunnel: tuple[int | None, str] | None = None
     for tok in split_top(actions):
-        if tok == "drop":
+        if tok in _BARE_ACTIONS:
             continue
         t = _tunnel_target(tok)
         if t is not None:

@@ -67,6 +67,12 @@ def test_destination_masks(dst, want):
     assert got == ([("c0e0", False, 7, want, "drop", "")] if want else [])
 
 
+def test_bare_word_actions_are_not_output_ports():
+    line = ("recirc_id(0),in_port(vx7),eth_type(0x0800),ipv4(dst=192.168.3.1), "
+            "actions:ct_clear,pop_vlan,c0e0\n")
+    assert _rules(line) == [("vx7", True, 7, "192.168.3.1", "deliver", "c0e0")]
+
+
 @pytest.mark.parametrize("actions", [
     "clone(set(ipv4(dst=1.2.3.4)),c0e1),c0e0",   # branches
     "c0e0,c0e1",                                 # floods
