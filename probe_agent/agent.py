@@ -216,8 +216,13 @@ class Agent:
         batch: list[CounterSample] = []
         next_flush = time.monotonic() + 1.0
         next_t = time.monotonic()
+        without_own = counters.WithoutOwnTraffic()
         while not self.stop_event.is_set():
-            batch.extend(counters.sample(ifaces))
+            own = self._own_bytes()  # before the counters: see WithoutOwnTraffic
+            for c in counters.sample(ifaces):
+                tx, rx = without_own.correct(c.endpoint, (c.tx_bytes, c.rx_bytes),
+                                             own.get(c.endpoint, (0, 0)))
+                batch.append(CounterSample(c.endpoint, c.ts, tx, rx))
             if time.monotonic() >= next_flush:
                 self._enqueue(pb.AgentReport(container=self.cfg.container, counters=pb.CounterBatch(
                     samples=[serde.counter_to_pb(s) for s in batch])))
@@ -225,6 +230,18 @@ class Agent:
                 next_flush += 1.0
             next_t += period
             self.stop_event.wait(max(0.0, next_t - time.monotonic()))
+
+    def _own_bytes(self) -> dict[str, tuple[int, int]]:
+        """Per endpoint, (sent, received) bytes of this agent's own UDP
+        probing: probes, traces and replies to others' probes. (RDMA probes
+        are not counted: a few KB/s against the port counters' GB/s.)"""
+        out = {}
+        sent, traced, answered = (self.prober.own_bytes, self.prober.own_trace_bytes,
+                                  self.responder.own_bytes)
+        for e in self.endpoints:
+            p, r = sent.get(e.id, (0, 0)), answered.get(e.ip, (0, 0))
+            out[e.id] = (p[0] + traced.get(e.id, 0) + r[0], p[1] + r[1])
+        return out
 
     def _vswitch_loop(self) -> None:
         """The host's switch table every interval (jittered), for the

@@ -69,6 +69,10 @@ JITTER = 0.1
 BATCH_SHARE = 0.5
 MAX_BATCH_S = 0.050
 IDLE_WAIT_S = 0.2  # longest sleep: how soon a stop or new targets are seen
+# A UDP datagram's bytes on the interface beyond its payload: UDP 8, IPv4 20,
+# Ethernet 14 (what the netdev byte counters count); for the agent's own
+# traffic, taken out of the counters skeleton inference reads.
+WIRE_OVERHEAD = 42
 USER, KERNEL, HARDWARE = "user", "kernel", "hardware"
 
 
@@ -194,6 +198,9 @@ class Responder:
         self.limit = limit or SourceLimit()
         self.sockets = [_open(ip, port, tx=False, busy_poll_us=busy_poll_us, dscp=dscp)[0]
                         for ip in addresses]
+        # Bytes of probing traffic per local address, [sent, received]:
+        # replies out, probes in (every datagram to the probe port).
+        self.own_bytes = {ip: [0, 0] for ip in addresses}
         self.port = self.sockets[0].getsockname()[1] if self.sockets else port
         self._sel = selectors.DefaultSelector()
         for s in self.sockets:
@@ -206,8 +213,10 @@ class Responder:
             for key, _ in self._sel.select(timeout=IDLE_WAIT_S):
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
                 answered = 0
+                own = self.own_bytes[local[sock]]
                 while (got := _recv(sock)) is not None:
                     data, addr, t_kernel, _, t_user = got
+                    own[1] += len(data) + WIRE_OVERHEAD
                     t_rx = t_kernel or t_user
                     if not data:
                         continue
@@ -223,6 +232,7 @@ class Responder:
                     reply = wire.reply_to(data, time.time_ns() - t_rx)
                     try:
                         sock.sendto(reply, addr)
+                        own[0] += len(reply) + WIRE_OVERHEAD
                         answered += 1
                     except OSError as e:
                         log.debug("reply to %s failed: %s", addr, e)
@@ -298,6 +308,10 @@ class Prober:
             for sock in socks:
                 self._sel.register(sock, selectors.EVENT_READ, ep)
         self._lock = threading.Lock()
+        # Bytes of this prober's own traffic per endpoint, [sent, received]
+        # (probes out, replies in; traces apart: another thread sends them).
+        self.own_bytes = {ep: [0, 0] for ep in sources}
+        self.own_trace_bytes = dict.fromkeys(sources, 0)
         self._targets: dict[tuple[str, str], ProbeTarget] = {}
         self._heap: list[tuple[float, int, tuple[str, str]]] = []
         self._count: dict[tuple[str, str], int] = {}
@@ -376,6 +390,7 @@ class Prober:
         wire.fill_probe(packet, self._seq, self.token, t_ns)
         try:
             socks[f].sendto(packet, (t.dst_ip, t.dst_port))
+            self.own_bytes[t.src][0] += size + WIRE_OVERHEAD
         except OSError as e:  # unreachable, no route, buffer full: a lost probe
             log.debug("probe %s -> %s failed: %s", t.src, t.dst, e)
         # Bookkeeping after the send: nothing between the user stamp and it
@@ -394,6 +409,7 @@ class Prober:
         wire.fill_probe(packet, seq, self.trace_token, time.time_ns())
         sock.sendmsg([packet], [(socket.IPPROTO_IP, socket.IP_TTL, struct.pack("@i", ttl))], 0,
                      (dst_ip, dst_port))
+        self.own_trace_bytes[src] += len(packet) + WIRE_OVERHEAD
 
     def flow_senders(self, src: str, dst_ip: str, dst_port: int
                      ) -> list[tuple[int, Callable[[int, int], None]]]:
@@ -413,12 +429,14 @@ class Prober:
             if entry is not None and entry[2] == head[2]:
                 entry[3], entry[4] = software, hardware
 
-    def _receive(self, sock: socket.socket, out: list[Reply]) -> None:
-        """Read the replies waiting on one flow's socket into `out`."""
+    def _receive(self, sock: socket.socket, out: list[Reply], src: str) -> None:
+        """Read the replies waiting on one of `src`'s flow sockets into `out`."""
         replies = []
         token, trace_token = self.token, self.trace_token
         traced = self.on_trace_reply  # once: the tracer may unset it meanwhile
+        got_bytes = 0
         while (got := _recv(sock)) is not None:
+            got_bytes += len(got[0]) + WIRE_OVERHEAD
             f = wire.reply_fields(got[0])
             if f is not None and f[1] == token:
                 replies.append((f, got[2], got[3], got[4]))
@@ -427,6 +445,7 @@ class Prober:
                     traced(f[0])
                 except Exception as e:  # a trace's bookkeeping must never stop the probing
                     log.warning("trace reply hook failed: %s: %s", type(e).__name__, e)
+        self.own_bytes[src][1] += got_bytes
         if self.kernel_stamps and self.kernel_tx:
             self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
         clocks = dict.fromkeys((USER, KERNEL, HARDWARE), 0)
@@ -471,7 +490,7 @@ class Prober:
             now = time.monotonic()
             replies: list[Reply] = []
             for key, _ in self._sel.select(timeout=0):
-                self._receive(key.fileobj, replies)  # type: ignore[arg-type]
+                self._receive(key.fileobj, replies, key.data)  # type: ignore[arg-type]
             if replies:
                 self.on_reply(replies)
             next_due = self._send_due(now)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probe_agent.counters import WORD, rdma_port_bytes, read_counters, sample
+from probe_agent.counters import WORD, WithoutOwnTraffic, rdma_port_bytes, read_counters, sample
 
 
 def _netdev(net: Path, ifname: str, tx: int, rx: int) -> Path:
@@ -68,3 +68,44 @@ def test_the_real_loopback_reads_as_the_kernel_counts_it():
     got = read_counters("lo")
     after = int((stats / "tx_bytes").read_text())
     assert got is not None and before <= got[0] <= after
+
+
+def test_the_agents_own_traffic_is_taken_out_and_what_is_left_only_grows():
+    c = WithoutOwnTraffic()
+    # Training moves 1,000 B a sample; the agent's probes 300 B, counted by
+    # the agent just after the kernel (own is read first: it may lag).
+    assert c.correct("e", (10_000, 8_000), (0, 0)) == (10_000, 8_000)
+    assert c.correct("e", (11_300, 9_300), (300, 300)) == (11_000, 9_000)
+    # A probe the kernel counted before this read but the agent after it:
+    # 300 B more than it should; the next sample would dip by 300.
+    assert c.correct("e", (12_600, 10_300), (300, 300)) == (12_300, 10_000)
+    assert c.correct("e", (12_900, 10_600), (900, 900)) == (12_300, 10_000)  # held, no dip
+    assert c.correct("e", (14_200, 11_900), (1_200, 1_200)) == (13_000, 10_700)
+
+
+def test_a_counter_reset_passes_through_and_own_bytes_count_from_there():
+    c = WithoutOwnTraffic()
+    c.correct("e", (50_000, 50_000), (4_000, 4_000))
+    tx, rx = c.correct("e", (700, 500), (4_200, 4_100))  # the VF was reset
+    assert (tx, rx) == (700, 500)  # lower: the rates code reads a reset
+    assert c.correct("e", (1_900, 1_600), (4_400, 4_200)) == (1_700, 1_500)
+    assert c.correct("f", (100, 100), (0, 0)) == (100, 100)  # endpoints apart
+
+
+def test_results_never_fall_between_resets_whatever_the_race():
+    import random
+
+    rng = random.Random(7)
+    c = WithoutOwnTraffic()
+    raw = own = last = 0
+    for _ in range(2000):
+        sent = rng.choice([0, 0, 42, 4138])       # the agent's probe
+        trained = rng.choice([0, 0, 0, 65_536])   # the job's traffic
+        lag = rng.random() < 0.3                  # the agent counts it after this read
+        raw += sent + trained
+        seen_own = own if lag else own + sent
+        own += sent
+        tx, _ = c.correct("e", (raw, raw), (seen_own, seen_own))
+        assert last <= tx <= raw
+        last = tx
+    assert last >= raw - own - 4138  # at most one probe left in
