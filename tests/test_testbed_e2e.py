@@ -63,6 +63,25 @@ def test_late_container_is_not_probed_early_and_raises_no_incident(dep):
     assert list(resp.incidents) == [], "a late container must not raise an incident"
 
 
+def test_the_counters_inference_reads_hold_no_probe_traffic(dep):
+    """The containers run no job: their interfaces carry the agents' probes
+    alone (~46 KB/s each way an endpoint here). Counted in, their size
+    cycle read as a data-parallel job in force (confidence 0.67); the
+    agents now take their own traffic out of the counters they report."""
+    lay = dep.layout
+    eps, samples = dep.controller.state.counter_snapshot(lay.job)
+    rates = {}
+    for e in eps:
+        mine = sorted((s for s in samples if s.endpoint == e), key=lambda s: s.ts)
+        assert len(mine) > 100, f"{e}: {len(mine)} counter samples"
+        span = mine[-1].ts - mine[0].ts
+        rates[e] = ((mine[-1].tx_bytes - mine[0].tx_bytes) / span,
+                    (mine[-1].rx_bytes - mine[0].rx_bytes) / span)
+    assert all(tx < 2000 and rx < 2000 for tx, rx in rates.values()), rates
+    view = dep.controller.state.skeleton_view()["jobs"]
+    assert all(j.get("status") != "in force" for j in view), view
+
+
 def test_agents_trace_the_routes_the_kernel_takes(dep):
     """Every pair's route, traced by its prober from the host namespace and
     named through the switch-address inventory, is the path the kernel's
@@ -185,7 +204,8 @@ def _after_fault(dep, ended: float) -> None:
         hosts = sorted({_host_rail(dep, ep)[0] for pair in left for ep in pair})
         logs = {h: _log_tail(dep.cluster.run_dir / f"agent-{h}.log") for h in hosts}
         raise AssertionError(f"{e}; no window since {clear:.1f} for {left}; "
-                             f"their agents' last log lines: {logs}") from None
+                             f"their agents' last log lines: {logs}; skeletons: "
+                             f"{dep.controller.state.skeleton_view()}") from None
 
 
 def _log_tail(path: Path, lines: int = 8) -> list[str]:
