@@ -42,6 +42,12 @@ _REPORT_MAX_BYTES = 3 * 1024 * 1024
 UDP_IP_OVERHEAD = 28
 
 
+def _prober_bytes(prober: Prober) -> dict[str, tuple[int, int]]:
+    """A prober's own (sent, received) bytes per endpoint, traces in."""
+    return {ep: (b[0] + prober.own_trace_bytes.get(ep, 0), b[1])
+            for ep, b in list(prober.own_bytes.items())}
+
+
 def parse_endpoint(spec: str) -> RegEndpoint:
     """`ID,NIC,IP[,IFNAME]` as given on the command line or in NETSKEL_ENDPOINTS."""
     parts = spec.split(",")
@@ -121,6 +127,11 @@ class Agent:
             else open_pingers({e.id: e.ifname for e in self.endpoints},
                               *self._rdma_recorders(), max(cfg.sizes), dscp=cfg.dscp)
         self.rdma = RdmaProber(pingers, cfg.probe_rate_hz, sizes, cfg.probe_timeout_s)
+        # Active checks' probers (own sockets) while they run, and what the
+        # finished ones sent and received: the agent's own traffic too.
+        self._checks_lock = threading.Lock()
+        self._check_probers: list[Prober] = []
+        self._checks_done: dict[str, list[int]] = {}
         self.endpoints = tuple(dataclasses.replace(e, rdma_gid=addresses[e.id].gid,
                                                    rdma_qpn=addresses[e.id].qpn)
                                if e.id in addresses else e for e in self.endpoints)
@@ -231,16 +242,37 @@ class Agent:
             next_t += period
             self.stop_event.wait(max(0.0, next_t - time.monotonic()))
 
+    def _check_prober(self, prober: Prober, running: bool) -> None:
+        """An active check's prober: its bytes are this agent's own traffic
+        while it runs and, once it closed, in the finished checks' total."""
+        with self._checks_lock:
+            if running:
+                self._check_probers.append(prober)
+                return
+            self._check_probers.remove(prober)
+            for ep, (tx, rx) in _prober_bytes(prober).items():
+                done = self._checks_done.setdefault(ep, [0, 0])
+                done[0] += tx
+                done[1] += rx
+
     def _own_bytes(self) -> dict[str, tuple[int, int]]:
         """Per endpoint, (sent, received) bytes of this agent's own UDP
-        probing: probes, traces and replies to others' probes. (RDMA probes
-        are not counted: a few KB/s against the port counters' GB/s.)"""
+        probing: probes, traces, replies to others' probes and active
+        checks. (RDMA probes are not counted: a few KB/s against the port
+        counters' GB/s.)"""
+        with self._checks_lock:
+            parts = [_prober_bytes(self.prober),
+                     {ep: (b[0], b[1]) for ep, b in self._checks_done.items()},
+                     *(_prober_bytes(p) for p in self._check_probers)]
+        answered = self.responder.own_bytes
         out = {}
-        sent, traced, answered = (self.prober.own_bytes, self.prober.own_trace_bytes,
-                                  self.responder.own_bytes)
         for e in self.endpoints:
-            p, r = sent.get(e.id, (0, 0)), answered.get(e.ip, (0, 0))
-            out[e.id] = (p[0] + traced.get(e.id, 0) + r[0], p[1] + r[1])
+            r = answered.get(e.ip, (0, 0))
+            tx, rx = r[0], r[1]
+            for part in parts:
+                got = part.get(e.id, (0, 0))
+                tx, rx = tx + got[0], rx + got[1]
+            out[e.id] = (tx, rx)
         return out
 
     def _vswitch_loop(self) -> None:
@@ -355,7 +387,7 @@ class Agent:
                                   {e.id: e.ip for e in self.endpoints}, self.sizes,
                                   self.cfg.probe_timeout_s, self.cfg.underlay_netns,
                                   self.switch_names, self.stop_event, self.cfg.flows,
-                                  self.cfg.tunnel_port)
+                                  self.cfg.tunnel_port, self._check_prober)
         log.info("check %s: %d targets, %d windows", o.id, len(o.targets), len(windows))
         self._enqueue(pb.AgentReport(container=self.cfg.container, check=pb.CheckResult(
             id=o.id, windows=[serde.window_to_pb(w) for w in windows])))

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 from controller.pinglist import Target
 from netskel.model import WindowStats
@@ -24,10 +25,13 @@ COVER_GRACE_S = 2.0  # how much longer a check may wait for a probe of every pai
 def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
               sources: dict[str, str], sizes: dict[str, tuple[int, ...]], timeout_s: float,
               underlay_netns: str, switch_names: dict[str, str], stop: threading.Event,
-              flows: int = 1, tunnel_port: int = flowtrace.VXLAN_PORT) -> list[WindowStats]:
+              flows: int = 1, tunnel_port: int = flowtrace.VXLAN_PORT,
+              on_prober: Callable[[Prober, bool], None] | None = None) -> list[WindowStats]:
     """`flows` per pair as the regular prober spreads them, each traced
     (probe_agent/flowtrace.py) when the host namespace is given: the
-    windows carry their probes by route."""
+    windows carry their probes by route. `on_prober(prober, running)` is
+    told when the check's prober starts and after it closed (the agent
+    counts its bytes as its own traffic)."""
     mine = tuple(t for t in targets if t.src in sources)
     probes: dict[Key, FlowProbes] = defaultdict(FlowProbes)
     lock = threading.Lock()
@@ -75,6 +79,8 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
             prober.on_trace_reply = None
             tracer.close()
 
+    if on_prober is not None:
+        on_prober(prober, True)
     done = threading.Event()
     threads = [threading.Thread(target=prober.run, args=(done,), name="check-prober", daemon=True)]
     if underlay_netns:
@@ -97,6 +103,8 @@ def run_check(targets: tuple[Target, ...], duration_s: float, rate_hz: float,
         for th in threads:
             th.join(timeout=5)
         prober.close()
+        if on_prober is not None:
+            on_prober(prober, False)
 
     def route_of(src: str, dst: str, flow: int) -> str:
         return routes.get((src, dst, flow), "")

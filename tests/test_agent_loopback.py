@@ -198,6 +198,44 @@ def test_active_check_through_netdiag(topo_file, topo_doc, tmp_path, sock):
         ctl.stop(0)
 
 
+def test_an_active_checks_probes_count_as_the_agents_own_traffic(topo_doc, sock):
+    """A check probes from its own sockets; its bytes must leave the
+    counters like the regular probes', while it runs and after."""
+    from controller.pinglist import Target
+    from probe_agent import check
+    from probe_agent.udp import WIRE_OVERHEAD, Responder
+
+    agent = Agent(agent_cfg(topo_doc, 0, sock))  # not started: nothing else of it sends
+    peer = Responder(["127.9.9.9"], 0)
+    stop = threading.Event()
+    serving = threading.Thread(target=peer.serve, args=(stop,), daemon=True)
+    serving.start()
+    try:
+        e = agent.endpoints[0]
+        before = agent._own_bytes()[e.id]
+        during = []
+
+        def track(prober, running):
+            agent._check_prober(prober, running)
+            during.append(running)
+
+        windows = check.run_check((Target(e.id, "peer", "127.9.9.9", peer.port, True),), 0.3,
+                                  50.0, {e.id: e.ip}, {e.id: (64, 1024)}, 0.3, "", {},
+                                  threading.Event(), on_prober=track)
+        after = agent._own_bytes()[e.id]
+    finally:
+        stop.set()
+        serving.join(timeout=5)
+        peer.close()
+        agent.stop()
+    assert during == [True, False]
+    sent = {w.size: w.sent for w in windows}
+    got = {w.size: w.sent - w.lost for w in windows}
+    assert sent[64] > 0 and sent[1024] > 0
+    assert after[0] - before[0] == sum(n * (size + WIRE_OVERHEAD) for size, n in sent.items())
+    assert after[1] - before[1] == sum(n * (size + WIRE_OVERHEAD) for size, n in got.items())
+
+
 FAKE_OFCTL = """#!/bin/sh
 # An ovs-ofctl that misbehaves before it answers: garbage, a failure, a hang-up
 # mid-table, then a good table.
