@@ -30,7 +30,18 @@ from netskel.model import CounterSample, VSwitchDump
 from netskel.security import Security, aio_channel, channel
 from probe_agent import check, counters, flowtrace, hwstamp, metrics, vswitch, wire
 from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
-from probe_agent.udp import HARDWARE, USER, Prober, ProbeTarget, Reply, ReplyHook, Responder, Sent, SentHook
+from probe_agent.udp import (
+    HARDWARE,
+    UDP_IP_OVERHEAD,
+    USER,
+    Prober,
+    ProbeTarget,
+    Reply,
+    ReplyHook,
+    Responder,
+    Sent,
+    SentHook,
+)
 from probe_agent.window import WindowAccumulator
 
 log = logging.getLogger(__name__)
@@ -39,7 +50,6 @@ REPORT_QUEUE = 10000
 # One report per stream message; the servers refuse messages over 4 MB
 # (netskel/grpcserver.py), which would fail the whole report stream.
 _REPORT_MAX_BYTES = 3 * 1024 * 1024
-UDP_IP_OVERHEAD = 28
 
 
 def _prober_bytes(prober: Prober) -> dict[str, tuple[int, int]]:
@@ -309,17 +319,18 @@ class Agent:
                                datapath=datapath)
             report = pb.AgentReport(container=self.cfg.container,
                                     vswitch=serde.vswitch_to_pb(dump))
-            if report.ByteSize() > _REPORT_MAX_BYTES and datapath:
+            size = report.ByteSize()
+            if size > _REPORT_MAX_BYTES and datapath:
                 # A report over the limit would fail the whole report stream.
                 log.warning("datapath flows of %s (%d rules) would make the dump %d bytes: "
-                            "tables sent without them", self.cfg.host, len(datapath),
-                            report.ByteSize())
+                            "tables sent without them", self.cfg.host, len(datapath), size)
                 metrics.VSWITCH_DATAPATH_FAILURES.inc()
                 report.vswitch.datapath_read = False
                 del report.vswitch.datapath[:]
-            if report.ByteSize() > _REPORT_MAX_BYTES:
+                size = report.ByteSize()
+            if size > _REPORT_MAX_BYTES:
                 log.warning("vswitch dump of %s is %d bytes, over %d: not sent", self.cfg.host,
-                            report.ByteSize(), _REPORT_MAX_BYTES)
+                            size, _REPORT_MAX_BYTES)
                 metrics.VSWITCH_DUMP_FAILURES.inc()
                 continue
             self._enqueue(report)

@@ -69,10 +69,11 @@ JITTER = 0.1
 BATCH_SHARE = 0.5
 MAX_BATCH_S = 0.050
 IDLE_WAIT_S = 0.2  # longest sleep: how soon a stop or new targets are seen
-# A UDP datagram's bytes on the interface beyond its payload: UDP 8, IPv4 20,
-# Ethernet 14 (what the netdev byte counters count); for the agent's own
+UDP_IP_OVERHEAD = 28  # UDP 8 + IPv4 20: what a datagram's payload leaves of the MTU
+# A UDP datagram's bytes on the interface beyond its payload: those and
+# Ethernet's 14 (what the netdev byte counters count); for the agent's own
 # traffic, taken out of the counters skeleton inference reads.
-WIRE_OVERHEAD = 42
+WIRE_OVERHEAD = UDP_IP_OVERHEAD + 14
 USER, KERNEL, HARDWARE = "user", "kernel", "hardware"
 
 
