@@ -182,6 +182,19 @@ def _rule(key: str, actions: str, tunnel_ports: frozenset[str],
     return DatapathRule(in_port, from_tunnel, FlowRule(vni, dst, "deliver", outputs[0]))
 
 
+def flow_line(line: str) -> tuple[str, str] | None:
+    """A dump line as (key, actions): the key without its ufid and
+    statistics (as `dpctl/mod-flow` takes it), the actions without the
+    datapath's extra info; None for a line that is no flow."""
+    head, sep, actions = line.partition("actions:")
+    if not sep:
+        return None
+    key = head.split(", packets:", 1)[0] if ", packets:" in head else head.rstrip(", ")
+    if key.startswith("ufid:"):
+        key = key.partition(",")[2]
+    return key.strip(), actions.split(", dp-extra-info:", 1)[0].strip()
+
+
 def read_datapath(text: str, tunnel_ports: frozenset[str], default_vni: int) -> DatapathRead:
     """Every line `... actions:...` is a flow; other lines (a dump's
     headers, `flow-dump from pmd on cpu core: N`) are not. Raises
@@ -190,15 +203,11 @@ def read_datapath(text: str, tunnel_ports: frozenset[str], default_vni: int) -> 
     flows = skipped = 0
     lines = [ln for ln in text.splitlines() if ln.strip()]
     for line in lines:
-        head, sep, actions = line.partition("actions:")
-        if not sep:
+        flow = flow_line(line)
+        if flow is None:
             continue
-        actions = actions.split(", dp-extra-info:", 1)[0].strip()
-        key = head.split(", packets:", 1)[0] if ", packets:" in head else head.rstrip(", ")
-        if key.startswith("ufid:"):
-            key = key.partition(",")[2]
         flows += 1
-        got = _rule(key.strip(), actions, tunnel_ports, default_vni)
+        got = _rule(*flow, tunnel_ports, default_vni)
         if got is None:
             skipped += 1
         else:

@@ -114,6 +114,12 @@ def _compile(dump: FlowDump, ports: Ports, default_vni: int) -> VSwitchRead:
     return VSwitchRead(tuple(rules), dump.not_understood, ports)
 
 
+def _whole(text: str, error: type[Exception]) -> None:
+    """OVS's tools end every line: output that does not was cut short."""
+    if text and not text.endswith("\n"):
+        raise error(f"output ends mid-line after {len(text)} bytes")
+
+
 class Reader:
     """Dumps one switch; remembers which lines it already logged."""
 
@@ -133,8 +139,7 @@ class Reader:
         text = subprocess.run(["ovs-appctl", "-t", self.src.datapath, "dpctl/dump-flows", "-m",
                                "--names", f"type={self.src.datapath_type}"], capture_output=True,
                               text=True, timeout=self.timeout, check=True).stdout
-        if text and not text.endswith("\n"):  # cut short: its last flow may say a wrong port
-            raise DatapathError(f"output ends mid-line after {len(text)} bytes")
+        _whole(text, DatapathError)  # cut short, its last flow may say a wrong port
         got = read_datapath(text, frozenset(p.name for p in ports.ports if p.kind == "tunnel"),
                             self.src.vni)
         metrics.VSWITCH_DATAPATH_FLOWS.labels(judged="yes").set(got.flows - got.skipped)
@@ -145,8 +150,7 @@ class Reader:
         """The current pipeline; raises on a failed command or a non-dump
         (the caller counts it and keeps its last good table)."""
         text = self._ofctl("dump-flows")
-        if text and not text.endswith("\n"):  # ovs-ofctl ends every line: this was cut short
-            raise DumpError(f"output ends mid-line after {len(text)} bytes")
+        _whole(text, DumpError)
         try:
             show = self._ofctl("show")
         except (OSError, subprocess.SubprocessError) as e:  # ports help; the flows matter

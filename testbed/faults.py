@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from netskel.dpflows import flow_line, key_fields
 from testbed.cluster import L3_TABLE, Cluster
 from testbed.sh import run
 
@@ -130,11 +131,12 @@ def stale_datapath_flow(cluster: Cluster, h: int, r: int, dst_ip: str) -> Undo:
     ovs = cluster.ovs[h]
     keys = []
     for line in ovs.appctl("dpctl/dump-flows", "-m", "--names").splitlines():
-        head, _, actions = line.partition("actions:")
-        if (f"in_port(c0e{r})" in head and "recirc(" not in actions
-                and (f"dst={dst_ip}," in head or f"dst={dst_ip})" in head)):
-            key = head.split(", packets:")[0]
-            keys.append(key.partition(", ")[2] if key.startswith("ufid:") else key)
+        flow = flow_line(line)
+        if flow is None or "recirc(" in flow[1]:
+            continue
+        _, in_port, dst, _, _ = key_fields(flow[0])
+        if (in_port, dst) == (f"c0e{r}", dst_ip):
+            keys.append(flow[0])
     if not keys:
         raise KeyError(f"host {h} caches no flow from c0e{r} to {dst_ip} (no traffic yet?)")
     for key in keys:

@@ -236,15 +236,18 @@ def test_an_active_checks_probes_count_as_the_agents_own_traffic(topo_doc, sock)
     assert after[1] - before[1] == sum(n * (size + WIRE_OVERHEAD) for size, n in got.items())
 
 
-FAKE_OFCTL = """#!/bin/sh
-# An ovs-ofctl that misbehaves before it answers: garbage, a failure, a hang-up
-# mid-table, then a good table.
+# A fake ovs-ofctl's start: `show` lists the ports; a dump counts itself in $STATE as n.
+_OFCTL_HEAD = """#!/bin/sh
 n=$(cat "$STATE" 2>/dev/null || echo 0)
 if [ "$1" = "show" ]; then
   printf ' 1(c0e0): addr:aa:bb:cc:dd:ee:01\\n 100(vx7): addr:aa:bb:cc:dd:ee:02\\n'
   exit 0
 fi
 n=$((n + 1)); echo $n > "$STATE"
+"""
+FAKE_OFCTL = _OFCTL_HEAD + """
+# An ovs-ofctl that misbehaves before it answers: garbage, a failure, a hang-up
+# mid-table, then a good table.
 case $n in
   1) echo 'Segmentation fault (core dumped) <<<garbage>>>' ;;
   2) echo 'ovs-ofctl: br0.mgmt: failed to connect to socket (Connection refused)' >&2; exit 1 ;;
@@ -334,14 +337,8 @@ def test_vswitch_dump_loop_survives_garbage_and_the_good_table_arrives(topo_doc,
     assert int((tmp_path / "calls").read_text()) >= 4
 
 
-FAKE_OFCTL_CHANGING = """#!/bin/sh
+FAKE_OFCTL_CHANGING = _OFCTL_HEAD + """
 # The same table on every dump until the eighth, then another.
-n=$(cat "$STATE" 2>/dev/null || echo 0)
-if [ "$1" = "show" ]; then
-  printf ' 1(c0e0): addr:aa:bb:cc:dd:ee:01\\n 100(vx7): addr:aa:bb:cc:dd:ee:02\\n'
-  exit 0
-fi
-n=$((n + 1)); echo $n > "$STATE"
 dst=192.168.10.9; [ $n -ge 8 ] && dst=192.168.10.10
 printf 'NXST_FLOW reply (xid=0x4):\\n cookie=0x0, duration=%d.0s, table=0, n_packets=%d, ' $n $n
 printf 'n_bytes=0, priority=100,ip,nw_dst=%s actions=output:1\\n' $dst
