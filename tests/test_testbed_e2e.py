@@ -74,14 +74,22 @@ def test_the_counters_inference_reads_hold_no_probe_traffic(dep):
     either end of the 8 s (up to 4 KB each): 0-520 B/s seen; the bound,
     4,000 B/s, is still a tenth of the probes' rate."""
     lay = dep.layout
-    eps, samples = dep.controller.state.counter_snapshot(lay.job)
+
+    def recorded() -> dict[str, list] | None:
+        """Each endpoint's samples once every one holds 12 s of them (the
+        late container's agent started only seconds before this test)."""
+        eps, samples = dep.controller.state.counter_snapshot(lay.job)
+        per = {e: sorted((s for s in samples if s.endpoint == e), key=lambda s: s.ts)
+               for e in eps}
+        if all(m and m[-1].ts - m[0].ts >= 12.0 for m in per.values()):
+            return per
+        return None
+    per = wait_for(recorded, 30, "12 s of counter samples from every endpoint", poll=0.5)
     rates = {}
-    for e in eps:
-        mine = sorted((s for s in samples if s.endpoint == e), key=lambda s: s.ts)
-        mine = [s for s in mine if s.ts >= mine[-1].ts - 8.0]
+    for e, got in per.items():
+        mine = [s for s in got if s.ts >= got[-1].ts - 8.0]
         span = mine[-1].ts - mine[0].ts
-        # 20 Hz asked; CI's loaded 2 cores delivered 81 in 8 s. The rates
-        # need the span covered, not every sample.
+        # 20 Hz asked; CI's loaded 2 cores deliver fewer (61 in 3 s seen).
         assert span >= 7.0 and len(mine) >= 40, f"{e}: {len(mine)} counter samples in {span:.1f} s"
         rates[e] = (round((mine[-1].tx_bytes - mine[0].tx_bytes) / span),
                     round((mine[-1].rx_bytes - mine[0].rx_bytes) / span))
