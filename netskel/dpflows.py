@@ -12,14 +12,20 @@ flows in hardware; without offload the same dump of the software
 datapath's cache has the same grammar and the same failure class (a
 cached flow that disagrees with its tables).
 
-Only terminal flows (no recirculation) that match an IPv4 destination say
-what happens to packets for it: tunnelled (toward the outer address a
-`set(tunnel(...))` or `tnl_push(...)` names, else the tunnel port decides),
-delivered to a local port, or dropped. Flows that branch (clone, sample,
-check_pkt_len, an upcall) or output to several ports are counted and
-skipped: they cannot be judged against one rule. A flow's VNI is its
-tunnel key (matched when it arrived by tunnel, set when it leaves by one),
-else the switch's configured VNI."""
+A flow that matches an IPv4 destination says what happens to packets for
+it: tunnelled (toward the outer address a `set(tunnel(...))` or
+`tnl_push(...)` names, else the tunnel port decides), delivered to a local
+port, or dropped. Where it recirculates (conntrack), the flows of its
+recirculation id from the same input port decide, though they match no
+destination: a pipeline that routes before conntrack (OVN's order) caches
+the lookup before `recirc` and only the output after it; the testbed's
+route-first pipeline records that shape (tests/data/dpctl). Flows for
+invalid connections (`+inv`) say nothing of valid traffic and are left
+out; continuations that disagree among themselves, flows that branch
+(clone, sample, check_pkt_len, an upcall) or output to several ports are
+counted and skipped: they cannot be judged against one rule. A flow's VNI
+is its tunnel key (matched when it arrived by tunnel, set when it leaves
+by one), else the switch's configured VNI."""
 
 from __future__ import annotations
 
@@ -33,8 +39,13 @@ from netskel.model import DatapathRule, FlowRule
 # tunnel() nests one level (flags(...)).
 _ETH_TYPE = re.compile(r"eth_type\(([^()]*)\)")
 _IN_PORT = re.compile(r"in_port\(([^()]*)\)")
-_IPV4 = re.compile(r"ipv4\(([^()]*)\)")
+_IPV4_DST = re.compile(r"ipv4\([^()]*?\bdst=([^,()]*)")
 _TUNNEL = re.compile(r"tunnel\(((?:[^()]|\([^()]*\))*)\)")
+_RECIRC_ID = re.compile(r"recirc_id\(([^()]*)\)")
+_CT_STATE = re.compile(r"ct_state\(([^()]*)\)")
+_RECIRC = re.compile(r"(?:^|,)recirc\(([^()]*)\)$")
+_CT_INVALID = 0x10
+_MAX_RECIRCULATIONS = 4  # conntrack, then NAT or a second zone; deeper is not one rule
 # Actions whose effect depends on more than the flow: never judged.
 _BRANCHING = ("clone(", "sample(", "check_pkt_len(", "userspace(", "controller(")
 # Actions written as a bare word, like a port: not outputs.
@@ -137,9 +148,9 @@ def key_fields(key: str) -> tuple[int | None, str, str | None, bool, int | None]
     """(eth_type, in_port, IPv4 destination, arrived by tunnel, tunnel key)
     of a flow key, by pattern: the key is most of a line and most lines are
     refused on these alone (tests hold it to a full parse with split_top)."""
-    eth, port, ipv4, tun = (_ETH_TYPE.search(key), _IN_PORT.search(key), _IPV4.search(key),
+    eth, port, ipv4, tun = (_ETH_TYPE.search(key), _IN_PORT.search(key), _IPV4_DST.search(key),
                             _TUNNEL.search(key))
-    d = _args(ipv4.group(1)).get("dst") if ipv4 is not None else None
+    d = ipv4.group(1) if ipv4 is not None else None
     return (_int(eth.group(1)) if eth is not None else None,
             port.group(1) if port is not None else "",
             _ipv4_dst(d) if d is not None else None,
@@ -147,13 +158,11 @@ def key_fields(key: str) -> tuple[int | None, str, str | None, bool, int | None]
             _int(_args(tun.group(1)).get("tun_id", "")) if tun is not None else None)
 
 
-def _rule(key: str, actions: str, tunnel_ports: frozenset[str],
-          default_vni: int) -> DatapathRule | None:
-    # Cheap refusals first: most of a dump is recirculations and non-IPv4.
-    if "recirc(" in actions or any(b in actions for b in _BRANCHING):
-        return None
-    eth_type, in_port, dst, arrived_by_tunnel, tun_id = key_fields(key)
-    if eth_type != 0x0800 or dst is None or not in_port:
+def _fate(actions: str, tunnel_ports: frozenset[str],
+          vni: int) -> tuple[str, str, int] | None:
+    """(action, to, VNI) of a terminal flow's actions; None when they branch
+    or output to several ports."""
+    if any(b in actions for b in _BRANCHING):
         return None
     outputs: list[str] = []
     tunnel: tuple[int | None, str] | None = None
@@ -168,18 +177,150 @@ def _rule(key: str, actions: str, tunnel_ports: frozenset[str],
             continue
         if "(" not in tok:
             outputs.append(tok)
-    vni = tun_id if arrived_by_tunnel and tun_id is not None else default_vni
-    from_tunnel = arrived_by_tunnel or in_port in tunnel_ports
     if not outputs:
-        return DatapathRule(in_port, from_tunnel, FlowRule(vni, dst, "drop", ""))
+        return "drop", "", vni
     if len(outputs) > 1:
         return None  # flooded or mirrored: not one rule's effect
     if tunnel is not None:
-        return DatapathRule(in_port, from_tunnel, FlowRule(
-            tunnel[0] if tunnel[0] is not None else vni, dst, "tunnel", tunnel[1]))
+        return "tunnel", tunnel[1], tunnel[0] if tunnel[0] is not None else vni
     if outputs[0] in tunnel_ports:
-        return DatapathRule(in_port, from_tunnel, FlowRule(vni, dst, "tunnel", ""))
-    return DatapathRule(in_port, from_tunnel, FlowRule(vni, dst, "deliver", outputs[0]))
+        return "tunnel", "", vni
+    return "deliver", outputs[0], vni
+
+
+def _recirculates_to(actions: str) -> int | None:
+    """The recirculation id a flow ends in, when nothing before it outputs."""
+    m = _RECIRC.search(actions)
+    if m is None or "recirc(" in actions[:m.start()]:
+        return None
+    before = actions[:m.start()]
+    if any(b in before for b in _BRANCHING) or any(
+            "(" not in t and t not in _BARE_ACTIONS for t in split_top(before)):
+        return None
+    return _int(m.group(1))
+
+
+def _invalid_only(key: str) -> bool:
+    """The flow holds only packets conntrack called invalid (`+inv`)."""
+    m = _CT_STATE.search(key)
+    if m is None:
+        return False
+    v = m.group(1)
+    if "inv" in v:
+        return "+inv" in v
+    value, _, mask = v.partition("/")
+    got, care = _int(value), _int(mask) if mask else _int(value)
+    return got is not None and care is not None and bool(got & care & _CT_INVALID)
+
+
+def _covers(matched: str | None, dst: str) -> bool:
+    """A continuation that matches a destination applies to `dst` only if
+    it covers it (one that matches none applies to all)."""
+    if matched is None:
+        return True
+    try:
+        return ipaddress.IPv4Network(dst, strict=False).subnet_of(
+            ipaddress.IPv4Network(matched, strict=False))
+    except (ValueError, TypeError):
+        return False
+
+
+class _Continuations:
+    """The flows after each recirculation, by (recirculation id, input
+    port): those that match no destination (their distinct actions) and
+    those that do. Indexed on first use (most dumps never need them); the
+    fates of the first kind are worked out once per id, port and VNI, as
+    every destination routed to one output shares them."""
+
+    Fate = tuple[str, str, int]
+
+    def __init__(self, flows: list[tuple[str, str]], tunnel_ports: frozenset[str]) -> None:
+        self._flows = flows
+        self._tunnel_ports = tunnel_ports
+        self._by_id: dict[tuple[int, str], tuple[list[str], list[tuple[str, str]]]] | None = None
+        self._generic: dict[tuple[int, str, int], set[_Continuations.Fate] | None] = {}
+
+    def _index(self) -> dict[tuple[int, str], tuple[list[str], list[tuple[str, str]]]]:
+        if self._by_id is None:
+            self._by_id = {}
+            for key, actions in self._flows:
+                m = _RECIRC_ID.search(key)
+                rid = _int(m.group(1)) if m is not None else 0
+                if not rid or _invalid_only(key):
+                    continue
+                eth_type, port, matched, _, _ = key_fields(key)
+                if eth_type not in (None, 0x0800):
+                    continue
+                generic, specific = self._by_id.setdefault((rid, port), ([], []))
+                if matched is None:
+                    if actions not in generic:
+                        generic.append(actions)
+                else:
+                    specific.append((matched, actions))
+        return self._by_id
+
+    def _one(self, actions: str, port: str, dst: str, vni: int, depth: int) -> Fate | None:
+        if "recirc(" in actions:
+            nxt = _recirculates_to(actions)
+            return None if nxt is None else self.fate(nxt, port, dst, vni, depth + 1)
+        return _fate(actions, self._tunnel_ports, vni)
+
+    def fate(self, rid: int, port: str, dst: str, vni: int, depth: int = 0) -> Fate | None:
+        """The one fate every valid continuation of `rid` gives `dst`; None
+        when none is held, they disagree or one branches."""
+        if depth >= _MAX_RECIRCULATIONS:
+            return None
+        generic, specific = self._index().get((rid, port), ([], []))
+        ck = (rid, port, vni)
+        if ck in self._generic:
+            fates = self._generic[ck]
+        else:
+            fates = set()
+            for actions in generic:
+                got = self._one(actions, port, dst, vni, depth)
+                if got is None:
+                    fates = None
+                    break
+                fates.add(got)
+            if not any("recirc(" in a for a in generic):  # else it may depend on dst
+                self._generic[ck] = fates
+        if fates is None:
+            return None
+        fates = set(fates)
+        for matched, actions in specific:
+            if _covers(matched, dst):
+                got = self._one(actions, port, dst, vni, depth)
+                if got is None:
+                    return None
+                fates.add(got)
+        return fates.pop() if len(fates) == 1 else None
+
+
+def _rule(key: str, actions: str, tunnel_ports: frozenset[str], default_vni: int,
+          continuations: _Continuations) -> DatapathRule | None:
+    # Cheap refusals first: most of a dump is recirculations that match no
+    # destination (conntrack before routing) and non-IPv4.
+    if any(b in actions for b in _BRANCHING):
+        return None
+    if "recirc(" in actions:
+        d = _IPV4_DST.search(key)
+        if d is None or d.group(1).endswith("/0.0.0.0"):
+            return None
+    eth_type, in_port, dst, arrived_by_tunnel, tun_id = key_fields(key)
+    if eth_type != 0x0800 or dst is None or not in_port:
+        return None
+    vni = tun_id if arrived_by_tunnel and tun_id is not None else default_vni
+    if "recirc(" in actions:
+        rid = _recirculates_to(actions)
+        fate = (None if rid is None else
+                continuations.fate(rid, in_port, dst, vni))
+    else:
+        fate = _fate(actions, tunnel_ports, vni)
+    if fate is None:
+        return None
+    action, to, vni = fate
+    return DatapathRule(in_port, arrived_by_tunnel or in_port in tunnel_ports,
+                        FlowRule(vni, dst, action, to))
 
 
 def flow_line(line: str) -> tuple[str, str] | None:
@@ -200,18 +341,16 @@ def read_datapath(text: str, tunnel_ports: frozenset[str], default_vni: int) -> 
     headers, `flow-dump from pmd on cpu core: N`) are not. Raises
     DatapathError when nothing in a non-empty text reads as a flow."""
     rules: dict[DatapathRule, None] = {}
-    flows = skipped = 0
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    for line in lines:
-        flow = flow_line(line)
-        if flow is None:
-            continue
-        flows += 1
-        got = _rule(*flow, tunnel_ports, default_vni)
+    flows = [f for ln in lines if (f := flow_line(ln)) is not None]
+    continuations = _Continuations(flows, tunnel_ports)
+    skipped = 0
+    for key, actions in flows:
+        got = _rule(key, actions, tunnel_ports, default_vni, continuations)
         if got is None:
             skipped += 1
         else:
             rules[got] = None
     if lines and not flows and not any(ln.startswith("flow-dump") for ln in lines):
         raise DatapathError(f"no datapath flow in {len(lines)} lines: {lines[0][:80]!r}")
-    return DatapathRead(tuple(rules), flows, skipped)
+    return DatapathRead(tuple(rules), len(flows), skipped)

@@ -20,6 +20,8 @@ from testbed.layout import Layout, layout_doc
 
 DATA = Path(__file__).parent / "data" / "dpctl"
 NETDEV = (DATA / "netdev-ovs3.1.txt").read_text()  # recorded on the testbed (4 of its flows)
+# Recorded on the testbed with its route-first pipeline (routing, then conntrack).
+ROUTE_FIRST = (DATA / "netdev-ovs3.1-route-first.txt").read_text()
 TC = (DATA / "tc-offloaded.txt").read_text()       # written in TC offload's grammar
 
 
@@ -109,6 +111,80 @@ def _key_by_full_parse(key: str) -> tuple:
         elif name == "tunnel":
             tunnel, tun_id = True, _int(fields.get("tun_id", ""))
     return eth_type, in_port, dst, tunnel, tun_id
+
+
+def test_routing_before_conntrack_is_read_through_the_recirculation():
+    """OVN's stage order: the destination is matched before `recirc`, the
+    output after it by a flow that matches no destination."""
+    got = read_datapath(ROUTE_FIRST, frozenset({"vx7"}), 7)
+    assert (got.flows, got.skipped) == (4, 2)  # the two continuations say nothing alone
+    assert sorted(_rules(ROUTE_FIRST)) == [("c0e0", False, 7, "192.168.10.2", "tunnel", ""),
+                                          ("vx7", True, 7, "192.168.10.1", "deliver", "c0e0")]
+
+
+def _chain(*continuations: str, head: str = "ct(zone=3),recirc(0x5)",
+           dst: str = "192.168.3.9") -> str:
+    lines = [f"recirc_id(0),in_port(pf0vf1),eth_type(0x0800),ipv4(dst={dst},frag=no), "
+             f"packets:9, bytes:900, used:0.1s, actions:{head}"]
+    lines += continuations
+    return "\n".join(lines) + "\n"
+
+
+_TO_TUNNEL = ("ct_state(+est+trk),recirc_id(0x5),in_port(pf0vf1),eth_type(0x0800),"
+              "ipv4(frag=no), actions:set(tunnel(tun_id=0x9,dst=10.0.0.2,ttl=64,tp_dst=4789,"
+              "flags(df|key))),vxlan_sys_4789")
+
+
+@pytest.mark.parametrize(("continuations", "want"), [
+    ([_TO_TUNNEL], ("tunnel", "10.0.0.2", 9)),
+    # new and established connections go the same way: one fate
+    ([_TO_TUNNEL, _TO_TUNNEL.replace("+est+trk", "+new+trk")], ("tunnel", "10.0.0.2", 9)),
+    # invalid ones are dropped: says nothing of valid traffic (symbolic and -m forms)
+    ([_TO_TUNNEL, "ct_state(-new+inv+trk),recirc_id(0x5),in_port(pf0vf1),eth_type(0x0800),"
+                  "ipv4(frag=no), actions:drop"], ("tunnel", "10.0.0.2", 9)),
+    ([_TO_TUNNEL, "ct_state(0x30/0x30),recirc_id(0x5),in_port(pf0vf1),eth_type(0x0800),"
+                  "ipv4(frag=no), actions:drop"], ("tunnel", "10.0.0.2", 9)),
+    # a continuation that drops valid traffic is the fate
+    (["ct_state(+est+trk),recirc_id(0x5),in_port(pf0vf1),eth_type(0x0800),ipv4(frag=no), "
+      "actions:drop"], ("drop", "", 7)),
+    # two recirculations (conntrack, then NAT)
+    (["ct_state(+trk),recirc_id(0x5),in_port(pf0vf1),eth_type(0x0800),ipv4(frag=no), "
+      "actions:ct(zone=3,nat),recirc(0x6)",
+      "ct_state(+trk),recirc_id(0x6),in_port(pf0vf1),eth_type(0x0800),ipv4(frag=no), "
+      "actions:ct_clear,pf0vf2"], ("deliver", "pf0vf2", 7)),
+    # a continuation that covers the destination applies; one for another does not
+    ([_TO_TUNNEL.replace("ipv4(frag=no)", "ipv4(dst=192.168.3.0/255.255.255.0,frag=no)"),
+      _TO_TUNNEL.replace("ipv4(frag=no)", "ipv4(dst=192.168.4.1,frag=no)")
+                .replace("vxlan_sys_4789", "pf0vf3").replace("set(", "xset(")],
+     ("tunnel", "10.0.0.2", 9)),
+])
+def test_a_recirculating_flow_takes_its_continuations_one_fate(continuations, want):
+    got = read_datapath(_chain(*continuations), frozenset({"vxlan_sys_4789"}), 7)
+    rules = [(f.port, f.from_tunnel, f.rule.dst, f.rule.action, f.rule.to, f.rule.vni)
+             for f in got.rules if f.rule.dst == "192.168.3.9"]  # (some continuations are rules too)
+    assert rules == [("pf0vf1", False, "192.168.3.9", *want[:2], want[2])]
+
+
+@pytest.mark.parametrize("continuations", [
+    [],                                                                    # not held
+    [_TO_TUNNEL.replace("in_port(pf0vf1)", "in_port(pf0vf2)")],            # another port's
+    [_TO_TUNNEL.replace("recirc_id(0x5)", "recirc_id(0x7)")],              # another id's
+    [_TO_TUNNEL, _TO_TUNNEL.replace("+est+trk", "+new+trk")               # they disagree
+     .replace("vxlan_sys_4789", "pf0vf2").replace("set(", "xset(")],
+    [_TO_TUNNEL.replace("actions:", "actions:clone(pf0vf3),")],            # it branches
+    ["ct_state(+trk),recirc_id(0x5),in_port(pf0vf1),eth_type(0x0800),ipv4(frag=no), "
+     "actions:recirc(0x5)"],                                               # a loop
+])
+def test_a_recirculation_without_one_valid_fate_is_skipped(continuations):
+    got = read_datapath(_chain(*continuations), frozenset({"vxlan_sys_4789"}), 7)
+    assert (got.rules, got.flows, got.skipped) == ((), 1 + len(continuations),
+                                                  1 + len(continuations))
+
+
+def test_a_flow_that_outputs_before_it_recirculates_is_skipped():
+    got = read_datapath(_chain(_TO_TUNNEL, head="pf0vf3,ct(zone=3),recirc(0x5)"),
+                        frozenset({"vxlan_sys_4789"}), 7)
+    assert got.rules == ()
 
 
 def test_key_patterns_agree_with_a_full_parse():
