@@ -51,12 +51,20 @@ TUNNEL_OFPORT = 100
 L3_TABLE = 30
 
 
-def overlay_pipeline(lay: Layout, h: int, local_ports: dict[int, int]) -> list[str]:
+def overlay_pipeline(lay: Layout, h: int, local_ports: dict[int, int],
+                     route_first: bool = False) -> list[str]:
     """Host h's OpenFlow pipeline, in the style of OVN and Antrea: a
     classifier by input port (marking tunnel vs local traffic in reg0),
     conntrack (invalid dropped), L3 forwarding by destination (the output
     port into reg2; a covering prefix drops the rest of the overlay), and
-    an output table that commits the connection and outputs to reg2."""
+    an output table that commits the connection and outputs to reg2.
+
+    `route_first`: routing before conntrack, as OVN orders its stages. The
+    datapath then caches the destination's lookup in the flow before the
+    recirculation and the output in one after it, which matches no
+    destination (the recirculation id carries reg2)."""
+    if route_first:
+        return _route_first_pipeline(lay, h, local_ports)
     flows = [f"table=0,priority=100,in_port={TUNNEL_OFPORT},actions="
              "load:0x1->NXM_NX_REG0[],goto_table:10"]
     flows += [f"table=0,priority=100,in_port={p},actions=load:0x2->NXM_NX_REG0[],goto_table:10"
@@ -75,6 +83,23 @@ def overlay_pipeline(lay: Layout, h: int, local_ports: dict[int, int]) -> list[s
     flows += [f"table={L3_TABLE},priority=10,ip,nw_dst=192.168.0.0/16,actions=drop",
               f"table={L3_TABLE},priority=0,actions=drop",
               "table=40,priority=100,ip,actions=ct(commit,zone=7),output:NXM_NX_REG2[]",
+              "table=40,priority=0,actions=drop"]
+    return flows
+
+
+def _route_first_pipeline(lay: Layout, h: int, local_ports: dict[int, int]) -> list[str]:
+    flows = [f"table=0,priority=100,in_port={p},actions=goto_table:{L3_TABLE}"
+             for p in (TUNNEL_OFPORT, *local_ports.values())]
+    flows.append("table=0,priority=0,actions=drop")
+    for h2 in range(lay.hosts):
+        for r in range(lay.rails):
+            port = local_ports[r] if h2 == h else TUNNEL_OFPORT
+            flows.append(f"table={L3_TABLE},priority=100,ip,nw_dst={lay.overlay_ip(h2, r)},"
+                         f"actions=load:{port:#x}->NXM_NX_REG2[],ct(table=40,zone=7)")
+    flows += [f"table={L3_TABLE},priority=0,actions=drop",
+              "table=40,priority=200,ct_state=+inv+trk,actions=drop",
+              "table=40,priority=100,ct_state=+trk,ip,actions=ct(commit,zone=7),"
+              "output:NXM_NX_REG2[]",
               "table=40,priority=0,actions=drop"]
     return flows
 
@@ -298,8 +323,16 @@ class Cluster:
                         "dev", f"e{r}", "nud", "permanent")
                     run("bridge", "-n", hns, "fdb", "append", endpoint_mac(h2, r), "dev",
                         f"vx{lay.vni}", "dst", lay.underlay_ip(h2, r), "self", "permanent")
-            self.ovs[h].ofctl("add-flows", "br0", "-", stdin="\n".join(
-                overlay_pipeline(lay, h, {r: self.ports[(h, r)] for r in range(lay.rails)})))
+            self.install_pipeline(h)
+
+    def install_pipeline(self, h: int, route_first: bool = False) -> None:
+        """Host h's OpenFlow pipeline (see overlay_pipeline), replacing what
+        its bridge holds, and its datapath cache emptied."""
+        lay = self.layout
+        self.ovs[h].ofctl("del-flows", "br0")
+        self.ovs[h].ofctl("add-flows", "br0", "-", stdin="\n".join(overlay_pipeline(
+            lay, h, {r: self.ports[(h, r)] for r in range(lay.rails)}, route_first)))
+        self.ovs[h].appctl("revalidator/purge")
 
     # -- processes --------------------------------------------------------------
     def agent_command(self, h: int, extra: tuple[str, ...] = ()) -> list[str]:

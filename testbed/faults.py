@@ -127,12 +127,14 @@ def stale_datapath_flow(cluster: Cluster, h: int, r: int, dst_ip: str) -> Undo:
     NIC holding a stale offloaded flow does (nothing here offloads, so the
     software datapath's cache stands in for the NIC's copy). Flows exist
     only while traffic runs; the revalidator leaves a flow alone until the
-    tables change. Undo purges the cache: the next packets reinstall it."""
+    tables change. Undo purges the cache: the next packets reinstall it.
+    Where conntrack follows routing, the flow matching the destination is
+    the one before the recirculation: it is the one rewritten."""
     ovs = cluster.ovs[h]
     keys = []
     for line in ovs.appctl("dpctl/dump-flows", "-m", "--names").splitlines():
         flow = flow_line(line)
-        if flow is None or "recirc(" in flow[1]:
+        if flow is None:
             continue
         _, in_port, dst, _, _ = key_fields(flow[0])
         if (in_port, dst) == (f"c0e{r}", dst_ip):

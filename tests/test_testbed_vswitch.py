@@ -134,10 +134,22 @@ def test_native_tunnel_port_far_end_is_learned_from_the_switch(cluster):
         ovs.vsctl("del-port", "br0", "tun9")
 
 
-def test_a_stale_datapath_flow_is_read_and_blamed_on_its_nic(cluster):
+@pytest.fixture(params=[False, True], ids=["conntrack-first", "route-first"])
+def pipeline(cluster, request):
+    """Every host's pipeline in one stage order, then back to the usual."""
+    for h in range(LAY.hosts):
+        cluster.install_pipeline(h, route_first=request.param)
+    yield request.param
+    for h in range(LAY.hosts):
+        cluster.install_pipeline(h)
+
+
+def test_a_stale_datapath_flow_is_read_and_blamed_on_its_nic(cluster, pipeline):
     """The datapath's flows, read as the agent reads them, agree with the
     switch's tables while traffic runs; one rewritten to drop (a stale
-    offloaded flow) makes the pair's trace name the NIC it leaves by."""
+    offloaded flow) makes the pair's trace name the NIC it leaves by. In
+    both stage orders: routing before conntrack caches the output in a
+    flow after the recirculation that matches no destination."""
     from probe_agent.vswitch import Reader, VSwitchSource
 
     topo = parse_topology(layout_doc(LAY))
