@@ -32,6 +32,16 @@ def cluster():
     assert c.destroy() == []
 
 
+@pytest.fixture(params=[False, True], ids=["conntrack-first", "route-first"])
+def pipeline(cluster, request):
+    """Every host's pipeline in one stage order, then back to the usual."""
+    for h in range(LAY.hosts):
+        cluster.install_pipeline(h, route_first=request.param)
+    yield request.param
+    for h in range(LAY.hosts):
+        cluster.install_pipeline(h)
+
+
 def _dp_ports(dpif_show: str) -> dict[int, int]:
     """Datapath port number -> OpenFlow port number (`dpif/show`)."""
     return {int(dp): int(of) for of, dp in re.findall(r"^\s+\S+ (\d+)/(\d+):", dpif_show, re.M)}
@@ -55,7 +65,7 @@ def _ours(out, ports) -> str:
     return out.end
 
 
-def test_interpreter_agrees_with_ofproto_trace_everywhere(cluster):
+def test_interpreter_agrees_with_ofproto_trace_everywhere(cluster, pipeline):
     dsts = [LAY.overlay_ip(h, r) for h in range(LAY.hosts) for r in range(LAY.rails)]
     dsts += ["192.168.10.99", "192.168.77.1", "10.200.0.1"]  # unassigned, the prefix, outside
     compared = 0
@@ -132,16 +142,6 @@ def test_native_tunnel_port_far_end_is_learned_from_the_switch(cluster):
     finally:
         ovs.ofctl("del-flows", "br0", "--strict", flow)
         ovs.vsctl("del-port", "br0", "tun9")
-
-
-@pytest.fixture(params=[False, True], ids=["conntrack-first", "route-first"])
-def pipeline(cluster, request):
-    """Every host's pipeline in one stage order, then back to the usual."""
-    for h in range(LAY.hosts):
-        cluster.install_pipeline(h, route_first=request.param)
-    yield request.param
-    for h in range(LAY.hosts):
-        cluster.install_pipeline(h)
 
 
 def test_a_stale_datapath_flow_is_read_and_blamed_on_its_nic(cluster, pipeline):
