@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -60,11 +61,21 @@ def _dump(v: Any, f: IO[str], pad: str) -> None:
         f.write(json.dumps(v))
 
 
-def _wait_for_signal() -> None:
+# SIGTERM to exit, at most (Kubernetes sends SIGKILL 30 s after SIGTERM).
+STOP_DEADLINE_S = 8.0
+
+
+def _wait_for_signal(deadline_s: float = STOP_DEADLINE_S) -> None:
+    """Returns on SIGINT or SIGTERM, with the stop that follows bounded: a
+    grpc.aio server can hang in stop() while RPCs are in flight
+    (grpc/grpc#40834; a controller once outlived its 10 s in our CI), and
+    threads blocked in a domain call are joined at exit. Past the deadline
+    every thread's stack goes to stderr and the process exits 1."""
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     done.wait()
+    faulthandler.dump_traceback_later(deadline_s, exit=True)
 
 
 def _env_list(name: str) -> tuple[str, ...]:

@@ -1,0 +1,57 @@
+"""A role told to stop (SIGTERM) exits within its deadline even when its
+stop hangs: grpc's aio server can hang in stop() with RPCs in flight, and
+a controller once outlived the 10 s our tests give it. The hang is
+stood in for by a stop that never returns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """The process installed its SIGTERM handler (/proc's SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & SIGTERM_BIT)
+
+
+def _stopped(then: str) -> subprocess.CompletedProcess[str]:
+    """A process waiting in the roles' `_wait_for_signal` (deadline 0.5 s),
+    sent SIGTERM, then running `then` as its stop."""
+    script = ("import threading, sys\n"
+              "from netskel.cli import _wait_for_signal\n"
+              "_wait_for_signal(deadline_s=0.5)\n" + then)
+    p = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        wait_for(lambda: _catches_sigterm(p.pid), 30, "the SIGTERM handler")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def test_a_stop_that_hangs_ends_at_the_deadline_with_every_threads_stack():
+    got = _stopped("threading.Thread(target=threading.Event().wait, name='stuck').start()\n"
+                   "threading.Event().wait()\n")
+    assert got.returncode == 1, got
+    assert "Timeout (0:00:00.500000)!" in got.stderr, got.stderr
+    assert got.stderr.count("Thread 0x") >= 2, got.stderr  # the main thread and the stuck one
+
+
+def test_a_stop_in_time_exits_cleanly():
+    got = _stopped("print('stopped', flush=True)\n")
+    assert (got.returncode, got.stdout, got.stderr) == (0, "stopped\n", "")
