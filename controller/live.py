@@ -64,9 +64,12 @@ def run_live_inference(state: ControllerState, stop: threading.Event, every_s: f
         if stop.is_set():
             return
         if woke:
-            stop.wait(settle_s)
+            if stop.wait(settle_s):
+                return
             state.membership_changed.clear()
         for job in state.jobs():
+            if stop.is_set():  # the controller's stop joins this thread
+                return
             try:
                 log.info("inference %s", reinfer_job(state, job))
             except Exception:  # one job's failure must not stop the others

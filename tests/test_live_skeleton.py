@@ -3,10 +3,12 @@ skeleton in force, only changes pushed, rail-aligned until confident."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
-from controller.live import reinfer_job
+from controller.live import reinfer_job, run_live_inference
 from controller.state import ControllerState
 from netskel.model import CounterSample
 from netskel.simulate import JobShape, Noise, simulate
@@ -82,3 +84,32 @@ def test_counter_reset_and_garbage_are_survived():
     with pytest.raises(Exception, match="unknown container"):
         state.accept_counters("ghost", samples[:1])
     assert np.isfinite([s.ts for s in state.counters.get(samples[0].endpoint, [])]).all()
+
+
+class _WaitSeen(threading.Event):
+    """A stop event that says when the loop first waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited.set()
+        return super().wait(timeout)
+
+
+def test_a_stop_during_the_settle_runs_no_inference():
+    """The controller's stop joins this loop: told to stop while it lets a
+    burst of joins settle, it returns instead of inferring every job."""
+    state, counters, _ = cluster(JobShape("job7", dp=4, tp=8, pp=4))
+    for c, samples in counters.items():
+        state.accept_counters(c, samples)
+    stop = _WaitSeen()
+    state.membership_changed.set()
+    loop = threading.Thread(target=run_live_inference, args=(state, stop, 3600.0, 30.0))
+    loop.start()
+    assert stop.waited.wait(30), "the loop never reached its settle wait"
+    stop.set()
+    loop.join(30)
+    assert not loop.is_alive()
+    assert state.skeleton_view()["jobs"][0]["status"] == "rail-aligned: not inferred yet"
