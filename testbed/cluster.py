@@ -75,29 +75,31 @@ def overlay_pipeline(lay: Layout, h: int, local_ports: dict[int, int],
               "table=20,priority=200,ct_state=+inv+trk,actions=drop",
               f"table=20,priority=100,ct_state=+trk,ip,actions=goto_table:{L3_TABLE}",
               "table=20,priority=0,actions=drop"]
+    flows += _l3_flows(lay, h, local_ports, "goto_table:40")
+    flows += ["table=40,priority=100,ip,actions=ct(commit,zone=7),output:NXM_NX_REG2[]",
+              "table=40,priority=0,actions=drop"]
+    return flows
+
+
+def _l3_flows(lay: Layout, h: int, local_ports: dict[int, int], then: str) -> list[str]:
+    """L3 forwarding: each destination's output port into reg2, then `then`;
+    a covering prefix drops the rest of the overlay."""
+    flows = []
     for h2 in range(lay.hosts):
         for r in range(lay.rails):
             port = local_ports[r] if h2 == h else TUNNEL_OFPORT
             flows.append(f"table={L3_TABLE},priority=100,ip,nw_dst={lay.overlay_ip(h2, r)},"
-                         f"actions=load:{port:#x}->NXM_NX_REG2[],goto_table:40")
-    flows += [f"table={L3_TABLE},priority=10,ip,nw_dst=192.168.0.0/16,actions=drop",
-              f"table={L3_TABLE},priority=0,actions=drop",
-              "table=40,priority=100,ip,actions=ct(commit,zone=7),output:NXM_NX_REG2[]",
-              "table=40,priority=0,actions=drop"]
-    return flows
+                         f"actions=load:{port:#x}->NXM_NX_REG2[],{then}")
+    return [*flows, f"table={L3_TABLE},priority=10,ip,nw_dst=192.168.0.0/16,actions=drop",
+            f"table={L3_TABLE},priority=0,actions=drop"]
 
 
 def _route_first_pipeline(lay: Layout, h: int, local_ports: dict[int, int]) -> list[str]:
     flows = [f"table=0,priority=100,in_port={p},actions=goto_table:{L3_TABLE}"
              for p in (TUNNEL_OFPORT, *local_ports.values())]
     flows.append("table=0,priority=0,actions=drop")
-    for h2 in range(lay.hosts):
-        for r in range(lay.rails):
-            port = local_ports[r] if h2 == h else TUNNEL_OFPORT
-            flows.append(f"table={L3_TABLE},priority=100,ip,nw_dst={lay.overlay_ip(h2, r)},"
-                         f"actions=load:{port:#x}->NXM_NX_REG2[],ct(table=40,zone=7)")
-    flows += [f"table={L3_TABLE},priority=0,actions=drop",
-              "table=40,priority=200,ct_state=+inv+trk,actions=drop",
+    flows += _l3_flows(lay, h, local_ports, "ct(table=40,zone=7)")
+    flows += ["table=40,priority=200,ct_state=+inv+trk,actions=drop",
               "table=40,priority=100,ct_state=+trk,ip,actions=ct(commit,zone=7),"
               "output:NXM_NX_REG2[]",
               "table=40,priority=0,actions=drop"]
