@@ -50,6 +50,7 @@ REPORT_QUEUE = 10000
 # One report per stream message; the servers refuse messages over 4 MB
 # (netskel/grpcserver.py), which would fail the whole report stream.
 _REPORT_MAX_BYTES = 3 * 1024 * 1024
+STOP_JOIN_S = 4.0  # all threads together, once stopping (the process allows 8 s)
 
 
 def _prober_bytes(prober: Prober) -> dict[str, tuple[int, int]]:
@@ -565,21 +566,26 @@ class Agent:
     def stop(self, deregister: bool = False) -> None:
         """Stop probing; with `deregister` (a clean stop: SIGTERM), tell the
         controller this container is leaving, so its peers drop it and no
-        incident opens. A crash does not: that is an agent-layer incident."""
+        incident opens. A crash does not: that is an agent-layer incident.
+        The session is told to end and the controller told before any thread
+        is waited for: a thread slow to stop (a switch dump, a trace) must not
+        outlast the process's stop deadline with the controller never told.
+        Threads then share one join budget."""
         self.stop_event.set()
-        self._stop_loop()
-        for t in self._threads:
-            t.join(timeout=5)
-        self.prober.close()
-        self.responder.close()
-        for p in self.rdma.pingers.values():
-            p.close()
+        self._stop_loop()  # first: a session that saw itself forgotten would register again
         if deregister and self.registered:
             try:
                 with channel(self.cfg.controller, self.sec) as ch:
                     pb_grpc.ControllerStub(ch).Deregister(
-                        pb.DeregisterRequest(container=self.cfg.container), timeout=5)
+                        pb.DeregisterRequest(container=self.cfg.container), timeout=3)
                 self.registered = False
                 log.info("deregistered %s", self.cfg.container)
             except grpc.RpcError as e:
                 log.warning("deregistering %s: %s", self.cfg.container, e.code().name)
+        deadline = time.monotonic() + STOP_JOIN_S
+        for t in self._threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.prober.close()
+        self.responder.close()
+        for p in self.rdma.pingers.values():
+            p.close()

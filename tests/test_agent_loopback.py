@@ -408,3 +408,46 @@ def test_clean_stop_deregisters_and_raises_nothing(topo_file, topo_doc, tmp_path
             a.stop()
         ana.stop(0)
         ctl.stop(0)
+
+
+# An ovs-ofctl whose dump never ends: the agent's switch thread is stuck in it.
+HANGING_OFCTL = _OFCTL_HEAD + """
+echo $$ > "$STATE.pid"
+exec sleep 60
+"""
+
+
+def test_a_stop_tells_the_controller_before_it_waits_for_a_stuck_thread(
+        topo_doc, tmp_path, sock, topo_file, monkeypatch):
+    """A thread stuck in a switch dump must not keep the controller from
+    hearing the container leave: the roles get 8 s from SIGTERM to exit, and
+    the agent's threads were joined 5 s each before it deregistered."""
+    import signal
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ovs-ofctl").write_text(HANGING_OFCTL)
+    (bin_dir / "ovs-ofctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("STATE", str(tmp_path / "calls"))
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
+                                            db=":memory:", window_seconds=1,
+                                            heartbeat_interval_ms=200))
+    agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
+                            vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05))
+    pid_file = tmp_path / "calls.pid"
+    stopping = threading.Thread(target=agent.stop, kwargs={"deregister": True})
+    try:
+        agent.start()
+        wait_for(lambda: agent.cfg.container in ctl.state.regs and pid_file.exists(), 20,
+                 "the agent registered and its switch dump under way")
+        stopping.start()
+        wait_for(lambda: agent.cfg.container not in ctl.state.regs, 3,
+                 "the controller to hear the container leave")
+        assert stopping.is_alive(), "the stuck thread is still being waited for"
+    finally:
+        stopping.join(10) if stopping.ident else agent.stop()
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        ctl.stop()
