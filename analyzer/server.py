@@ -30,6 +30,7 @@ from netskel.topology import load_topology
 
 log = logging.getLogger(__name__)
 SERVICE = "netskel.api.v1.NetDiag"
+STOP_JOIN_S = 3.0  # threads' share of the process's 8 s stop deadline
 
 
 @dataclass
@@ -48,8 +49,9 @@ class RunningAnalyzer:
         if self.web is not None:
             self.web.stop()
         self.server.stop(grace).wait()
+        deadline = time.monotonic() + STOP_JOIN_S  # one budget for all (daemon) threads
         for t in self._threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.store is not None:
             self.store.close()
 

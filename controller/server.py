@@ -19,6 +19,7 @@ from netskel.topology import load_switch_addresses, load_topology
 
 log = logging.getLogger(__name__)
 SERVICE = "netskel.api.v1.Controller"
+STOP_JOIN_S = 3.0  # threads' share of the process's 8 s stop deadline
 
 
 @dataclass
@@ -34,8 +35,12 @@ class RunningController:
         self._stop.set()
         self.state.membership_changed.set()  # wake the inference loop
         self.server.stop(grace).wait()
+        # One budget for all: an inference under way (tens of seconds for a
+        # big job, deaf to the stop) is left to the process's exit; the
+        # threads are daemons and what the store committed stays.
+        deadline = time.monotonic() + STOP_JOIN_S
         for t in self._threads:
-            t.join()
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         self.store.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sqlite3
 from pathlib import Path
 
 import grpc
@@ -286,3 +287,33 @@ def test_active_check_names_every_ordered_pair_left_without_a_window(controller,
     assert "cannot be trusted: impossible counts" in why[(broken.src, broken.dst)]
     stream.cancel()
     ch.close()
+
+
+def test_a_stop_does_not_wait_out_a_long_inference(topo_file, tmp_path, monkeypatch):
+    """Inferring a 32,768-endpoint job takes ~25 s and cannot be interrupted;
+    the controller's stop gives its threads one budget and closes the store,
+    inside the process's 8 s stop deadline, instead of joining the inference
+    to its end."""
+    import threading
+
+    import controller.server as server
+
+    inferring, release = threading.Event(), threading.Event()
+
+    def long_inference(state, stop, every_s):
+        inferring.set()
+        release.wait(60)  # numpy does not look at the stop event
+
+    monkeypatch.setattr(server, "run_live_inference", long_inference)
+    c = start_controller(_cfg(topo_file, tmp_path / "c.sqlite"))
+    stopping = threading.Thread(target=c.stop, args=(0,))
+    try:
+        assert inferring.wait(10)
+        stopping.start()
+        stopping.join(20)
+        assert not stopping.is_alive(), "the stop waited for the inference"
+        with pytest.raises(sqlite3.ProgrammingError):  # closed: what was committed stays
+            c.store.load_registrations()
+    finally:
+        release.set()
+        stopping.join(10)
