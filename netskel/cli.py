@@ -63,18 +63,24 @@ def _dump(v: Any, f: IO[str], pad: str) -> None:
 
 # SIGTERM to exit, at most (Kubernetes sends SIGKILL 30 s after SIGTERM).
 STOP_DEADLINE_S = 8.0
+SIGNAL_POLL_S = 0.5  # how late a signal taken by another thread may be seen
 
 
 def _wait_for_signal(deadline_s: float = STOP_DEADLINE_S) -> None:
-    """Returns on SIGINT or SIGTERM, with the stop that follows bounded: a
-    grpc.aio server can hang in stop() while RPCs are in flight
-    (grpc/grpc#40834; a controller once outlived its 10 s in our CI), and
-    threads blocked in a domain call are joined at exit. Past the deadline
-    every thread's stack goes to stderr and the process exits 1."""
+    """Returns on SIGINT or SIGTERM. The wait wakes every SIGNAL_POLL_S: the
+    kernel may hand the signal to any thread (gRPC runs a dozen), and then
+    only the C-level handler runs there; Python's handler waits for the main
+    thread to run bytecode, which an untimed Event.wait never does. A
+    controller in CI sat in that wait for hours after its SIGTERM.
+    The stop that follows is bounded: a grpc.aio server can hang in stop()
+    while RPCs are in flight (grpc/grpc#40834), and threads blocked in a
+    domain call are joined at exit. Past the deadline every thread's stack
+    goes to stderr and the process exits 1."""
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    done.wait()
+    while not done.wait(SIGNAL_POLL_S):
+        pass
     faulthandler.dump_traceback_later(deadline_s, exit=True)
 
 

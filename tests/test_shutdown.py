@@ -1,7 +1,8 @@
-"""A role told to stop (SIGTERM) exits within its deadline even when its
-stop hangs: grpc's aio server can hang in stop() with RPCs in flight, and
-a controller once outlived the 10 s our tests give it. The hang is
-stood in for by a stop that never returns."""
+"""A role told to stop (SIGTERM) stops, whichever thread the kernel hands
+the signal to (a CI controller never did: its signal went to a gRPC
+thread), and exits within its deadline even when its stop hangs (grpc's
+aio server can hang in stop() with RPCs in flight; stood in for by a stop
+that never returns)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,29 @@ def test_a_stop_that_hangs_ends_at_the_deadline_with_every_threads_stack():
 def test_a_stop_in_time_exits_cleanly():
     got = _stopped("print('stopped', flush=True)\n")
     assert (got.returncode, got.stdout, got.stderr) == (0, "stopped\n", "")
+
+
+def test_a_signal_taken_by_another_thread_still_stops_the_role():
+    """The kernel gives a process's signal to any of its threads; gRPC runs
+    many. A controller whose SIGTERM landed on one of them waited on
+    forever (found alive hours after its CI run). Here a thread directs
+    SIGTERM at itself once the roles' handler is installed."""
+    script = (
+        "import signal, threading\n"
+        "from pathlib import Path\n"
+        "from netskel.cli import _wait_for_signal\n"
+        "def caught():\n"
+        "    line = next(x for x in Path('/proc/self/status').read_text().splitlines()\n"
+        "                if x.startswith('SigCgt:'))\n"
+        f"    return int(line.split()[1], 16) & {SIGTERM_BIT}\n"
+        "def other():\n"
+        "    while not caught():\n"
+        "        threading.Event().wait(0.01)\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
+        "    threading.Event().wait()\n"
+        "threading.Thread(target=other, daemon=True).start()\n"
+        "_wait_for_signal()\n"
+        "print('stopped', flush=True)\n")
+    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, text=True, capture_output=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert (p.returncode, p.stdout) == (0, "stopped\n"), p
