@@ -26,11 +26,12 @@ from netskel.errors import InputError, UnavailableError
 from netskel.grpcserver import AioServer, make_server
 from netskel.model import WindowStats, pair_key
 from netskel.security import Guard, Security, channel, server_credentials
+from netskel.stopping import join_all
 from netskel.topology import load_topology
 
 log = logging.getLogger(__name__)
 SERVICE = "netskel.api.v1.NetDiag"
-STOP_JOIN_S = 3.0  # threads' share of the process's 8 s stop deadline
+STOP_JOIN_S = 3.0  # the threads' share of STOP_DEADLINE_S
 
 
 @dataclass
@@ -49,9 +50,7 @@ class RunningAnalyzer:
         if self.web is not None:
             self.web.stop()
         self.server.stop(grace).wait()
-        deadline = time.monotonic() + STOP_JOIN_S  # one budget for all (daemon) threads
-        for t in self._threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        join_all(self._threads, STOP_JOIN_S)
         if self.store is not None:
             self.store.close()
 

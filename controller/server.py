@@ -15,11 +15,12 @@ from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.config import ControllerConfig
 from netskel.grpcserver import AioServer, make_server
 from netskel.security import Guard, Security, server_credentials
+from netskel.stopping import join_all
 from netskel.topology import load_switch_addresses, load_topology
 
 log = logging.getLogger(__name__)
 SERVICE = "netskel.api.v1.Controller"
-STOP_JOIN_S = 3.0  # threads' share of the process's 8 s stop deadline
+STOP_JOIN_S = 3.0  # the threads' share of STOP_DEADLINE_S
 
 
 @dataclass
@@ -35,12 +36,9 @@ class RunningController:
         self._stop.set()
         self.state.membership_changed.set()  # wake the inference loop
         self.server.stop(grace).wait()
-        # One budget for all: an inference under way (tens of seconds for a
-        # big job, deaf to the stop) is left to the process's exit; the
-        # threads are daemons and what the store committed stays.
-        deadline = time.monotonic() + STOP_JOIN_S
-        for t in self._threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        # An inference under way (tens of seconds for a big job, deaf to the
+        # stop) is not waited out; what the store committed stays.
+        join_all(self._threads, STOP_JOIN_S)
         self.store.close()
 
 

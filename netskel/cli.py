@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from netskel.errors import InputError, NetskelError
 from netskel.heap import retain_freed_memory
 from netskel.progress import Progress
+from netskel.stopping import STOP_DEADLINE_S
 
 if TYPE_CHECKING:
     from netskel.security import Security
@@ -61,8 +62,6 @@ def _dump(v: Any, f: IO[str], pad: str) -> None:
         f.write(json.dumps(v))
 
 
-# SIGTERM to exit, at most (Kubernetes sends SIGKILL 30 s after SIGTERM).
-STOP_DEADLINE_S = 8.0
 SIGNAL_POLL_S = 0.5  # how late a signal taken by another thread may be seen
 
 

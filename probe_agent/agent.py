@@ -28,6 +28,7 @@ from netskel.config import AgentConfig
 from netskel.errors import InputError
 from netskel.model import CounterSample, VSwitchDump
 from netskel.security import Security, aio_channel, channel
+from netskel.stopping import join_all
 from probe_agent import check, counters, flowtrace, hwstamp, metrics, vswitch, wire
 from probe_agent.rdma import RdmaAddress, RdmaProber, open_pingers
 from probe_agent.udp import (
@@ -50,7 +51,7 @@ REPORT_QUEUE = 10000
 # One report per stream message; the servers refuse messages over 4 MB
 # (netskel/grpcserver.py), which would fail the whole report stream.
 _REPORT_MAX_BYTES = 3 * 1024 * 1024
-STOP_JOIN_S = 4.0  # all threads together, once stopping (the process allows 8 s)
+STOP_JOIN_S = 4.0  # the threads' share of STOP_DEADLINE_S
 
 
 def _prober_bytes(prober: Prober) -> dict[str, tuple[int, int]]:
@@ -582,9 +583,7 @@ class Agent:
                 log.info("deregistered %s", self.cfg.container)
             except grpc.RpcError as e:
                 log.warning("deregistering %s: %s", self.cfg.container, e.code().name)
-        deadline = time.monotonic() + STOP_JOIN_S
-        for t in self._threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        join_all(self._threads, STOP_JOIN_S)
         self.prober.close()
         self.responder.close()
         for p in self.rdma.pingers.values():
