@@ -272,12 +272,9 @@ printf 'packets:5, bytes:490, used:0.1s, offloaded:yes, dp:tc, actions:drop\\n'
 """
 
 
-@contextlib.contextmanager
-def _vswitch_dumps(topo_doc, tmp_path, sock, topo_file, monkeypatch, fakes: dict[str, str],
-                   **agent_kw):
-    """An agent reading a fake switch (`fakes`: program name -> shell script,
-    first on PATH; $STATE is theirs to count calls in) under a real
-    controller; yields the vswitch dumps of the controller's report feed."""
+def _fake_programs(tmp_path, monkeypatch, fakes: dict[str, str]) -> None:
+    """`fakes` (program name -> shell script) first on PATH; $STATE is
+    theirs to count calls in."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in fakes.items():
@@ -285,6 +282,15 @@ def _vswitch_dumps(topo_doc, tmp_path, sock, topo_file, monkeypatch, fakes: dict
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("STATE", str(tmp_path / "calls"))
+
+
+@contextlib.contextmanager
+def _vswitch_dumps(topo_doc, tmp_path, sock, topo_file, monkeypatch, fakes: dict[str, str],
+                   **agent_kw):
+    """An agent reading a fake switch (`fakes`: program name -> shell script,
+    first on PATH; $STATE is theirs to count calls in) under a real
+    controller; yields the vswitch dumps of the controller's report feed."""
+    _fake_programs(tmp_path, monkeypatch, fakes)
     ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
                                             db=str(tmp_path / "c.sqlite"), window_seconds=1,
                                             heartbeat_interval_ms=200))
@@ -424,12 +430,7 @@ def test_a_stop_tells_the_controller_before_it_waits_for_a_stuck_thread(
     the agent's threads were joined 5 s each before it deregistered."""
     import signal
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ovs-ofctl").write_text(HANGING_OFCTL)
-    (bin_dir / "ovs-ofctl").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("STATE", str(tmp_path / "calls"))
+    _fake_programs(tmp_path, monkeypatch, {"ovs-ofctl": HANGING_OFCTL})
     ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
                                             db=":memory:", window_seconds=1,
                                             heartbeat_interval_ms=200))
