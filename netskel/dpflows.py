@@ -46,6 +46,7 @@ _CT_STATE = re.compile(r"ct_state\(([^()]*)\)")
 _RECIRC = re.compile(r"(?:^|,)recirc\(([^()]*)\)$")
 _CT_INVALID = 0x10
 _MAX_RECIRCULATIONS = 4  # conntrack, then NAT or a second zone; deeper is not one rule
+Fate = tuple[str, str, int]  # what a flow does to its packets: (action, to, VNI)
 # Actions whose effect depends on more than the flow: never judged.
 _BRANCHING = ("clone(", "sample(", "check_pkt_len(", "userspace(", "controller(")
 # Actions written as a bare word, like a port: not outputs.
@@ -158,8 +159,7 @@ def key_fields(key: str) -> tuple[int | None, str, str | None, bool, int | None]
             _int(_args(tun.group(1)).get("tun_id", "")) if tun is not None else None)
 
 
-def _fate(actions: str, tunnel_ports: frozenset[str],
-          vni: int) -> tuple[str, str, int] | None:
+def _fate(actions: str, tunnel_ports: frozenset[str], vni: int) -> Fate | None:
     """(action, to, VNI) of a terminal flow's actions; None when they branch
     or output to several ports."""
     if any(b in actions for b in _BRANCHING):
@@ -232,13 +232,11 @@ class _Continuations:
     fates of the first kind are worked out once per id, port and VNI, as
     every destination routed to one output shares them."""
 
-    Fate = tuple[str, str, int]
-
     def __init__(self, flows: list[tuple[str, str]], tunnel_ports: frozenset[str]) -> None:
         self._flows = flows
         self._tunnel_ports = tunnel_ports
         self._by_id: dict[tuple[int, str], tuple[list[str], list[tuple[str, str]]]] | None = None
-        self._generic: dict[tuple[int, str, int], set[_Continuations.Fate] | None] = {}
+        self._generic: dict[tuple[int, str, int], set[Fate] | None] = {}
 
     def _index(self) -> dict[tuple[int, str], tuple[list[str], list[tuple[str, str]]]]:
         if self._by_id is None:
