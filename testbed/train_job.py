@@ -12,7 +12,14 @@ the gradient bytes dominate the activations, as in real training. Nothing
 paces the iterations: the next one starts after stage 0's reduction and an
 optimizer step, so iteration times wander with the machine's load.
 
-Run as `python -m testbed.train_job RANK WORLD PP MASTER_ADDR ITERATIONS`;
+With EP > 1 the job is a mixture of experts: each stage's replicas form
+expert-parallel groups of EP consecutive replicas, and every microbatch's
+forward and backward ends with an all-to-all inside the group (the token
+dispatch of an MoE layer, A2A_SHARE times the activations each way). The
+all-to-all waits for every member, so a group's replicas move in lockstep:
+what makes pipeline partners hard to tell apart by timing.
+
+Run as `python -m testbed.train_job RANK WORLD PP MASTER_ADDR ITERATIONS [EP]`;
 it prints one JSON line of its own byte counts and iteration times."""
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ BACKWARD_S = 0.2      # one microbatch's backward (about twice the forward)
 OPTIMIZER_S = 0.15
 ACT_FLOATS = 64 * 1024        # 256 KiB of activations per microbatch
 GRAD_FLOATS = 5 * 1024 * 1024  # 20 MiB of gradients per stage: ~90 % of a NIC's bytes
+A2A_SHARE = 2  # an MoE layer's all-to-all moves a few times the activations
 
 
 def one_f_one_b(stage: int, pp: int, m: int) -> list[tuple[str, int]]:
@@ -49,18 +57,26 @@ def main(argv: list[str]) -> int:
 
     rank, world, pp, master, iters = (int(argv[0]), int(argv[1]), int(argv[2]), argv[3],
                                       int(argv[4]))
+    ep = int(argv[5]) if len(argv) > 5 else 1
     os.environ.setdefault("MASTER_ADDR", master)
     os.environ.setdefault("MASTER_PORT", "29517")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     dp = world // pp
     stage, replica = divmod(rank, dp)
+    if ep < 1 or dp % ep:
+        raise SystemExit(f"EP {ep} must divide DP {dp}")
     groups = [dist.new_group([d + dp * s for d in range(dp)]) for s in range(pp)]
+    # Every rank creates every group, in one order (gloo's rule).
+    experts = {(s, b): dist.new_group([d + dp * s for d in range(b, b + ep)])
+               for s in range(pp) for b in range(0, dp, ep)} if ep > 1 else {}
+    expert_group = experts.get((stage, replica - replica % ep))
+    a2a_in, a2a_out = torch.zeros(A2A_SHARE * ACT_FLOATS), torch.ones(A2A_SHARE * ACT_FLOATS)
     prev = rank - dp if stage > 0 else None
     nxt = rank + dp if stage < pp - 1 else None
     act_in, act_out = torch.zeros(ACT_FLOATS), torch.ones(ACT_FLOATS)
     grad_in, grad_out = torch.zeros(ACT_FLOATS), torch.ones(ACT_FLOATS)
     grads = torch.ones(GRAD_FLOATS)
-    sent = {"activations": 0, "gradients": 0}
+    sent = {"activations": 0, "gradients": 0, "all_to_all": 0}
     times: list[float] = []
 
     def exchange(sends: list[tuple[Any, int | None]], recvs: list[tuple[Any, int | None]]
@@ -80,6 +96,8 @@ def main(argv: list[str]) -> int:
                 if k == 0 or steps[k - 1][0] == "F":
                     exchange([], [(act_in, prev)])
                 time.sleep(FORWARD_S)
+                if expert_group is not None:
+                    dist.all_to_all_single(a2a_in, a2a_out, group=expert_group)
                 # Send the activation; in steady state the backward's
                 # gradient comes back in the same exchange.
                 exchange([(act_out, nxt)], [(grad_in, nxt)] if after == "B" else [])
@@ -87,9 +105,12 @@ def main(argv: list[str]) -> int:
                 if k > 0 and steps[k - 1][0] == "B":
                     exchange([], [(grad_in, nxt)])
                 time.sleep(BACKWARD_S)
+                if expert_group is not None:
+                    dist.all_to_all_single(a2a_in, a2a_out, group=expert_group)
                 exchange([(grad_out, prev)], [(act_in, prev)] if after == "F" else [])
             sent["activations"] += 4 * ACT_FLOATS * (kind == "F" and nxt is not None)
             sent["activations"] += 4 * ACT_FLOATS * (kind == "B" and prev is not None)
+            sent["all_to_all"] += int(4 * A2A_SHARE * ACT_FLOATS * (ep - 1) / ep)
         if dp > 1:
             dist.all_reduce(grads, group=groups[stage])
             sent["gradients"] += int(4 * GRAD_FLOATS * 2 * (dp - 1) / dp)

@@ -8,8 +8,10 @@ Set NETSKEL_RECORD_DIR to keep the recording in the dev-set layout
 (topology.json, throughput.parquet, truth.json): bench/accuracy.py scores it
 and bench/calibrate.py measures its physics. NETSKEL_TORCH_SHAPE=PPxDP runs
 another shape (default 4x2; 4x1, a pure pipeline, made
-tests/data/gloo-pp4dp1), NETSKEL_TORCH_ITERATIONS=N a longer or shorter job
-(default 24)."""
+tests/data/gloo-pp4dp1), NETSKEL_TORCH_EP=E a mixture of experts with
+expert groups of E replicas (default 1; 2 with 2x4 made
+tests/data/gloo-pp2dp4ep2), NETSKEL_TORCH_ITERATIONS=N a longer or shorter
+job (default 24)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (optional ex
 # --skip 0..45`) give the right stages, order and DP groups at recall 1.
 ITERATIONS = int(os.environ.get("NETSKEL_TORCH_ITERATIONS", "24"))
 PP, DP = (int(x) for x in os.environ.get("NETSKEL_TORCH_SHAPE", "4x2").split("x"))
+EP = int(os.environ.get("NETSKEL_TORCH_EP", "1"))
 
 
 def _record(state: ControllerState, job: str, lay: Layout, topology: Path, out: Path,
@@ -59,8 +62,10 @@ def _record(state: ControllerState, job: str, lay: Layout, topology: Path, out: 
     pairs = [sorted(p) for st in stages for p in combinations(st, 2)] + [
         sorted((e[d + DP * s], e[d + DP * (s + 1)])) for s in range(PP - 1) for d in range(DP)]
     (out / "truth.json").write_text(json.dumps({"jobs": [{
-        "job": job, "kind": "training", "parallelism": {"dp": DP, "tp": 1, "pp": PP, "ep": 1},
-        "dp_groups": [sorted(st) for st in stages], "pp_stages": stages, "ep_groups": [],
+        "job": job, "kind": "training", "parallelism": {"dp": DP, "tp": 1, "pp": PP, "ep": EP},
+        "dp_groups": [sorted(st) for st in stages], "pp_stages": stages,
+        "ep_groups": [sorted(st[b:b + EP]) for st in stages for b in range(0, DP, EP)]
+        if EP > 1 else [],
         "pairs": pairs}], "ranks": logs}, indent=1))
 
 
@@ -75,7 +80,7 @@ def test_real_pp4_dp2_gloo_job_skeleton_is_recovered() -> None:
         procs = [subprocess.Popen(
             ["ip", "netns", "exec", dep.cluster.container_ns(h), sys.executable, "-m",
              "testbed.train_job", str(h), str(lay.hosts), str(PP), lay.overlay_ip(0, 0),
-             str(ITERATIONS)],
+             str(ITERATIONS), str(EP)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for h in range(lay.hosts)]
         for p in procs:
             dep.cluster.created.add_pid(p.pid)
