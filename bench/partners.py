@@ -12,7 +12,7 @@ Statistics: `transfers` (every host's rates moved onto one clock,
 high-passed traffic outside collectives, group residuals, one side's tx
 against the other's rx at the same sample; collectives are what the whole
 data-parallel group bursts in), `aligned` (the same, at the lag of +-1
-sample where the rows stand out most: what controller/skeleton.py uses at
+sample where the rows stand out most: what controller/partners.py uses at
 0.5 s sampling or finer), `unaligned` (as before session 20:
 each host's own clock, each endpoint's own collective level), `raw`
 (group residuals of tx and rx as recorded), `net` (residuals of tx - rx)
@@ -41,12 +41,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.infer import job_rates, read_throughput  # noqa: E402
+from controller.partners import aligned_transfer_scores, transfer_scores  # noqa: E402
 from controller.skeleton import (  # noqa: E402
     CLOCK_SPREAD_S,
     _group_residual,
-    aligned_transfer_scores,
     replica_pace,
-    transfer_scores,
     transfer_series,
 )
 from controller.timing import (  # noqa: E402

@@ -302,7 +302,7 @@ def test_stages_a_fraction_of_a_sample_apart_pair_by_transfers_alone(gap, narrow
     or more the transfers alone pair them exactly (the pace, here pure
     noise, is not consulted below one sample); closer, every cross pair is
     kept."""
-    from controller.skeleton import chain_replicas
+    from controller.partners import chain_replicas
 
     rng = np.random.default_rng(2)
     k = 400
@@ -330,7 +330,7 @@ def test_two_replicas_whose_transfers_swing_a_sample_off_keep_both_pairings(gaps
     rhythm the in-step reading is the clearest and the partners are read
     off exactly. (A minute of dev-sk2 at 0.1 s dropped a true partner
     this way: recall 0.875.)"""
-    from controller.skeleton import chain_replicas
+    from controller.partners import chain_replicas
 
     rng = np.random.default_rng(5)
     k = 600
@@ -405,7 +405,7 @@ def test_running_mean_agrees_with_numpy_convolution(w):
 
 @pytest.mark.parametrize("lag", [0, 1, -1, 3])
 def test_transfer_scores_agree_with_a_loop_over_unit_pairs(lag):
-    from controller.skeleton import transfer_scores
+    from controller.partners import transfer_scores
 
     rng = np.random.default_rng(3)
     n, k = 24, 50
@@ -428,7 +428,7 @@ def test_transfer_scores_of_units_spanning_the_rails_are_the_membership_sums_exa
     """Tensor groups span the rails, one endpoint on each: a unit pair's
     score on a rail is one endpoint pair's, placed directly. Bit for bit
     what the units x members products give, and the loop's mean."""
-    from controller.skeleton import transfer_scores
+    from controller.partners import transfer_scores
 
     rng = np.random.default_rng(5)
     rails, k = 4, 40
@@ -464,7 +464,7 @@ def test_partners_transfers_a_sample_apart_are_read_at_that_lag(max_lag):
     whose receives follow their partners' sends one sample late: compared
     only at the same sample they tell nothing and every cross pair is kept;
     allowed a lag of one sample, the partners are read off exactly."""
-    from controller.skeleton import chain_replicas
+    from controller.partners import chain_replicas
 
     rng = np.random.default_rng(5)
     k = 400
@@ -747,7 +747,7 @@ def test_miss_z_is_corrected_for_every_alternative():
     losing a true partner spread over m tests (SciPy as the reference)."""
     from scipy.stats import norm
 
-    from controller.skeleton import MISS_Z, miss_z
+    from controller.partners import MISS_Z, miss_z
 
     assert miss_z(1) == pytest.approx(MISS_Z)
     for m in (3, 63, 511):
@@ -762,7 +762,7 @@ def test_a_lag_is_set_aside_only_beyond_noise_of_the_best():
     one lag sometimes clearly better."""
     from scipy.stats import ttest_rel
 
-    from controller.skeleton import AMBIGUITY, plausible_lags
+    from controller.partners import AMBIGUITY, plausible_lags
 
     rng = np.random.default_rng(12)
     checked = kept_more = 0
@@ -794,7 +794,7 @@ def test_tied_lags_keep_what_each_leaves_open():
     much as the true lag. Read at lag 0 alone, every true partner was
     dropped; both lags are kept, and what each leaves open."""
     from controller.grouping import max_assignment
-    from controller.skeleton import (
+    from controller.partners import (
         _lag_gains,
         aligned_transfer_scores,
         transfer_near,
@@ -832,7 +832,7 @@ def test_rows_whose_transfers_do_not_stand_out_keep_each_others_columns():
     its 255 alternatives, so each keeps the other's column. Rows that stand
     out keep their own partner alone."""
     from controller.grouping import max_assignment
-    from controller.skeleton import TRANSFER_MARGIN, _near_assignments, transfer_near
+    from controller.partners import TRANSFER_MARGIN, _near_assignments, transfer_near
 
     rng = np.random.default_rng(4)
     n, sd = 256, 0.08
@@ -858,7 +858,7 @@ def test_each_row_that_stands_out_keeps_one_partner_however_few_rows(n):
     alternatives by the corrected z-test keeps that partner alone; rows too
     weak to stand out keep each other's columns (recall first)."""
     from controller.grouping import max_assignment
-    from controller.skeleton import transfer_near
+    from controller.partners import transfer_near
 
     rng = np.random.default_rng(9)
     c = rng.normal(0.0, 0.043, (n, n))
@@ -894,7 +894,7 @@ def test_forced_loss_is_the_best_assignment_through_each_pair():
     import itertools
 
     from controller.grouping import max_assignment
-    from controller.skeleton import _forced_loss
+    from controller.partners import _forced_loss
 
     rng = np.random.default_rng(0)
     for _ in range(20):
@@ -930,7 +930,7 @@ def test_after_unequal_replicas_the_next_boundary_pairs_adjacent_stages():
     who continues which chain, so the next boundary starts from stage 1's
     units, never from stage 0's (which would pair stages 0 and 2 and drop
     every true pair between 1 and 2)."""
-    from controller.skeleton import chain_replicas
+    from controller.partners import chain_replicas
 
     rng = np.random.default_rng(4)
     units = [[np.array([0]), np.array([1])],
@@ -1024,7 +1024,8 @@ def test_one_way_bursts_do_not_move_a_replicas_pace(seed):
     from collections import defaultdict
 
     from controller.grouping import max_assignment
-    from controller.skeleton import _unit_rows, replica_pace
+    from controller.partners import _unit_rows
+    from controller.skeleton import replica_pace
     from controller.timing import collective_mask, symmetric
 
     shape = JobShape("j", dp=8, tp=8, pp=4)
@@ -1082,7 +1083,7 @@ def test_transfers_many_noise_levels_clear_decide_however_low_their_correlation(
     A fixed margin of 0.2 called that no evidence and kept all 32 x 32
     cross pairs (precision 0.41); the partners are now read off (a few
     alternatives kept where a row's own noise leaves them open)."""
-    from controller.skeleton import chain_replicas
+    from controller.partners import chain_replicas
 
     rng = np.random.default_rng(3)
     n, samples = 32, 3000
@@ -1115,7 +1116,7 @@ def test_transfers_tied_between_two_columns_do_not_confirm_a_pace():
     so the pace's margin is not trusted and the true partners (the
     diagonal) stay in the list."""
     from controller.grouping import max_assignment
-    from controller.skeleton import _pace_near
+    from controller.partners import _pace_near
 
     c = np.array([[0.61, -0.28, -0.48, -0.08], [-0.11, 0.73, -0.19, -0.21],
                   [-0.18, -0.20, 0.00, 0.31], [-0.38, -0.40, 0.65, 0.20]])
@@ -1136,7 +1137,7 @@ def test_two_replicas_pace_against_the_transfers_keeps_both_partners():
     negative, so the four pace scores are one correlation, 0.79 here by
     chance over six iterations; the transfers lean the other way (the true
     one). A 0.79 correlation of six values is no proof: both partners stay."""
-    from controller.skeleton import _pace_near
+    from controller.partners import _pace_near
 
     c = np.array([[-0.788, 0.788], [0.788, -0.788]])
     t = np.array([[0.068, -0.068], [-0.068, 0.068]])
@@ -1428,7 +1429,7 @@ def test_transfer_lag_is_found_with_few_and_many_replicas(n):
     """Receives one sample after their partners' sends, units of two
     endpoints on two rails: the lag is found (past LAG_ROWS replicas on one
     rail only) and every row's best column is its partner."""
-    from controller.skeleton import LAG_ROWS, aligned_transfer_scores
+    from controller.partners import LAG_ROWS, aligned_transfer_scores
 
     rng = np.random.default_rng(n)
     k = 300
@@ -1453,7 +1454,7 @@ def test_two_replicas_are_scored_at_lag_zero():
     """Two replicas' residuals are each other's negative: a lag where their
     transfers anti-correlate would read the swap as surely as the true lag
     reads the partners, so no lag is chosen for them."""
-    from controller.skeleton import aligned_transfer_scores, transfer_scores
+    from controller.partners import aligned_transfer_scores, transfer_scores
 
     rng = np.random.default_rng(8)
     k = 300
