@@ -49,28 +49,38 @@ def test_infer_with_one_replica_or_two_hosts_is_exact(tmp_path: Path, name: str)
     assert doc["jobs"][0]["confidence"] > 0.5
 
 
+@pytest.mark.parametrize("name", ["gloo-pp2dp4ep2", "gloo-pp2dp4ep2-60"])
+def test_real_expert_jobs_keep_every_pair_and_say_partners_are_open(tmp_path: Path,
+                                                                     name: str) -> None:
+    """Real mixture-of-experts jobs (pp2 x dp4, expert groups of two; 24
+    and 60 iterations): a group's replicas move in lockstep, so the
+    stages, their order and the DP groups are read, every true pair is
+    kept, and partners the timing cannot tell apart leave the answer at
+    confidence <= 0.5."""
+    rec = Path(__file__).parent / "data" / name
+    out = tmp_path / "skeleton.json"
+    assert main(["infer", "--topology", str(rec / "topology.json"),
+                 "--throughput", str(rec / "throughput.parquet"), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    [score] = score_skeleton(json.loads((rec / "truth.json").read_text()), doc)
+    assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
+    assert score["recall"] == 1.0, score
+    assert score["precision"] == 1.0 or doc["jobs"][0]["confidence"] <= 0.5, score
+
+
 def test_real_expert_groups_are_found(tmp_path: Path) -> None:
-    """A real mixture-of-experts job (NETSKEL_TORCH_SHAPE=2x4
-    NETSKEL_TORCH_EP=2): each stage's four replicas form two expert groups
-    whose every microbatch ends in an all-to-all, so a group's replicas
-    share one pace. Stage 0's split stood 4.3 noise levels clear over 24
-    iterations but at a silhouette of 0.20, under the 0.25 that used to be
-    asked as well, and ep read 1. Both stages' groups are found; partners
-    inside a group stay unknown (confidence <= 0.5), no true pair lost."""
+    """The 24-iteration job's expert groups: stage 0's split stood 4.3
+    noise levels clear but at a silhouette of 0.20, under the 0.25 that
+    used to be asked as well, and ep read 1. (Over 60 iterations stage 0's
+    replica 0 keeps a pace of its own and no split stands out there: ep 1.)"""
     rec = Path(__file__).parent / "data" / "gloo-pp2dp4ep2"
     out = tmp_path / "skeleton.json"
     assert main(["infer", "--topology", str(rec / "topology.json"),
                  "--throughput", str(rec / "throughput.parquet"), "-o", str(out)]) == 0
-    truth = json.loads((rec / "truth.json").read_text())
-    doc = json.loads(out.read_text())
-    [score] = score_skeleton(truth, doc)
-    assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
-    assert score["recall"] == 1.0, score
-    [job] = doc["jobs"]
+    [job] = json.loads(out.read_text())["jobs"]
+    truth = json.loads((rec / "truth.json").read_text())["jobs"][0]
     assert job["parallelism"]["ep"] == 2, job["notes"]
-    assert sorted(map(sorted, job["ep_groups"])) == sorted(map(sorted,
-                                                               truth["jobs"][0]["ep_groups"]))
-    assert job["confidence"] <= 0.5
+    assert sorted(map(sorted, job["ep_groups"])) == sorted(map(sorted, truth["ep_groups"]))
 
 
 def _coarser(rec: Path, out: Path, interval_s: float) -> None:
