@@ -10,8 +10,8 @@ and bench/calibrate.py measures its physics. NETSKEL_TORCH_SHAPE=PPxDP runs
 another shape (default 4x2; 4x1, a pure pipeline, made
 tests/data/gloo-pp4dp1), NETSKEL_TORCH_EP=E a mixture of experts with
 expert groups of E replicas (default 1; 2 with 2x4 made
-tests/data/gloo-pp2dp4ep2), NETSKEL_TORCH_ITERATIONS=N a longer or shorter
-job (default 24)."""
+tests/data/gloo-pp2dp4ep2, and with 60 iterations gloo-pp2dp4ep2-60),
+NETSKEL_TORCH_ITERATIONS=N a longer or shorter job (default 24)."""
 
 from __future__ import annotations
 
