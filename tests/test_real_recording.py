@@ -19,12 +19,22 @@ from netskel.scoring import score_skeleton
 REC = Path(__file__).parent / "data" / "gloo-pp4dp2"
 
 
-def test_infer_on_the_recorded_gloo_job_is_exact(tmp_path: Path) -> None:
+def _infer(rec: Path, tmp_path: Path) -> Any:
+    """`netskel infer` on a recording in the dev-set layout, run as a user
+    runs it: the skeleton document."""
     out = tmp_path / "skeleton.json"
-    assert main(["infer", "--topology", str(REC / "topology.json"),
-                 "--throughput", str(REC / "throughput.parquet"), "-o", str(out)]) == 0
-    [score] = score_skeleton(json.loads((REC / "truth.json").read_text()),
-                             json.loads(out.read_text()))
+    assert main(["infer", "--topology", str(rec / "topology.json"),
+                 "--throughput", str(rec / "throughput.parquet"), "-o", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def _truth(rec: Path) -> Any:
+    return json.loads((rec / "truth.json").read_text())
+
+
+def test_infer_on_the_recorded_gloo_job_is_exact(tmp_path: Path) -> None:
+    doc = _infer(REC, tmp_path)
+    [score] = score_skeleton(_truth(REC), doc)
     assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
     assert score["recall"] == 1.0 and score["precision"] == 1.0, score
 
@@ -39,11 +49,8 @@ def test_infer_with_one_replica_or_two_hosts_is_exact(tmp_path: Path, name: str)
     pipeline and an all-reduce look alike but for 1F1B's shape, and the
     all-reduce must stay dp2."""
     rec = Path(__file__).parent / "data" / name
-    out = tmp_path / "skeleton.json"
-    assert main(["infer", "--topology", str(rec / "topology.json"),
-                 "--throughput", str(rec / "throughput.parquet"), "-o", str(out)]) == 0
-    doc = json.loads(out.read_text())
-    [score] = score_skeleton(json.loads((rec / "truth.json").read_text()), doc)
+    doc = _infer(rec, tmp_path)
+    [score] = score_skeleton(_truth(rec), doc)
     assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
     assert score["recall"] == 1.0 and score["precision"] == 1.0, score
     assert doc["jobs"][0]["confidence"] > 0.5
@@ -58,11 +65,8 @@ def test_real_expert_jobs_keep_every_pair_and_say_partners_are_open(tmp_path: Pa
     kept, and partners the timing cannot tell apart leave the answer at
     confidence <= 0.5."""
     rec = Path(__file__).parent / "data" / name
-    out = tmp_path / "skeleton.json"
-    assert main(["infer", "--topology", str(rec / "topology.json"),
-                 "--throughput", str(rec / "throughput.parquet"), "-o", str(out)]) == 0
-    doc = json.loads(out.read_text())
-    [score] = score_skeleton(json.loads((rec / "truth.json").read_text()), doc)
+    doc = _infer(rec, tmp_path)
+    [score] = score_skeleton(_truth(rec), doc)
     assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
     assert score["recall"] == 1.0, score
     assert score["precision"] == 1.0 or doc["jobs"][0]["confidence"] <= 0.5, score
@@ -74,11 +78,9 @@ def test_real_expert_groups_are_found(tmp_path: Path) -> None:
     used to be asked as well, and ep read 1. (Over 60 iterations stage 0's
     replica 0 keeps a pace of its own and no split stands out there: ep 1.)"""
     rec = Path(__file__).parent / "data" / "gloo-pp2dp4ep2"
-    out = tmp_path / "skeleton.json"
-    assert main(["infer", "--topology", str(rec / "topology.json"),
-                 "--throughput", str(rec / "throughput.parquet"), "-o", str(out)]) == 0
-    [job] = json.loads(out.read_text())["jobs"]
-    truth = json.loads((rec / "truth.json").read_text())["jobs"][0]
+    doc = _infer(rec, tmp_path)
+    [job] = doc["jobs"]
+    truth = _truth(rec)["jobs"][0]
     assert job["parallelism"]["ep"] == 2, job["notes"]
     assert sorted(map(sorted, job["ep_groups"])) == sorted(map(sorted, truth["ep_groups"]))
 
@@ -113,11 +115,8 @@ def test_at_coarse_samples_one_stage_is_vouched_for_only_if_it_is_one_collective
     rec = Path(__file__).parent / "data" / name
     coarse = tmp_path / "coarse"
     _coarser(rec, coarse, 0.25)
-    out = tmp_path / "skeleton.json"
-    assert main(["infer", "--topology", str(coarse / "topology.json"),
-                 "--throughput", str(coarse / "throughput.parquet"), "-o", str(out)]) == 0
-    doc = json.loads(out.read_text())
-    [score] = score_skeleton(json.loads((rec / "truth.json").read_text()), doc)
+    doc = _infer(coarse, tmp_path)
+    [score] = score_skeleton(_truth(rec), doc)
     assert score["recall"] == 1.0, score
     if name == "gloo-pp1dp4":
         assert score["parallelism_ok"] and doc["jobs"][0]["confidence"] > 0.5, (score, doc)
@@ -144,11 +143,8 @@ def test_two_real_jobs_in_one_file_are_each_exact(tmp_path: Path) -> None:
     rec = Path(__file__).parent / "data" / "gloo-pp4dp2"
     made = Path(_variants().make(rec, tmp_path, None, False, 0,
                                  other=Path(__file__).parent / "data" / "gloo-pp2dp1"))
-    out = tmp_path / "skeleton.json"
-    assert main(["infer", "--topology", str(made / "topology.json"),
-                 "--throughput", str(made / "throughput.parquet"), "-o", str(out)]) == 0
-    scores = score_skeleton(json.loads((made / "truth.json").read_text()),
-                            json.loads(out.read_text()))
+    doc = _infer(made, tmp_path)
+    scores = score_skeleton(_truth(made), doc)
     assert len(scores) == 2, scores
     for score in scores:
         assert score["parallelism_ok"] and score["dp_groups_ok"] and score["stages_ok"], score
@@ -163,11 +159,7 @@ def _dev_sk1_copy(tmp_path: Path, interval_s: float, missing: float, seed: int) 
     by the CLI and scored by the dev-set rules."""
     made = Path(_variants().make(DEV / "dev-sk1_tp8pp4dp4", tmp_path, interval_s, False, seed,
                                  missing=missing))
-    out = tmp_path / "skeleton.json"
-    assert main(["infer", "--topology", str(made / "topology.json"),
-                 "--throughput", str(made / "throughput.parquet"), "-o", str(out)]) == 0
-    [score] = score_skeleton(json.loads((made / "truth.json").read_text()),
-                             json.loads(out.read_text()))
+    [score] = score_skeleton(_truth(made), _infer(made, tmp_path))
     return score
 
 
