@@ -277,9 +277,10 @@ def cmd_vswitch_datapath(a: argparse.Namespace) -> int:
         got = read_datapath(text, frozenset(a.tunnel_port or ()), a.vni)
     except DatapathError as e:
         raise InputError(f"{a.dump}: not ovs-appctl dpctl/dump-flows output: {e}") from None
-    print(json.dumps({"flows": got.flows, "skipped": got.skipped, "rules": [
-        {"port": f.port, "from_tunnel": f.from_tunnel, "vni": f.rule.vni, "dst": f.rule.dst,
-         "action": f.rule.action, "to": f.rule.to} for f in got.rules]}, indent=1))
+    rules = [{"port": f.port, "from_tunnel": f.from_tunnel, "vni": f.rule.vni, "dst": f.rule.dst,
+              "action": f.rule.action, "to": f.rule.to} for f in got.rules]
+    print(json.dumps({"flows": got.flows, "skipped": got.skipped, "followed": got.followed,
+                      "rules": rules}, indent=1))
     return 0
 
 

@@ -58,6 +58,7 @@ class DatapathRead:
     rules: tuple[DatapathRule, ...]
     flows: int           # lines read as flows
     skipped: int         # flows that say nothing about one IPv4 destination's fate
+    followed: int = 0    # continuations a judged flow's recirculation was read through
 
 
 class DatapathError(ValueError):
@@ -237,6 +238,9 @@ class _Continuations:
         self._tunnel_ports = tunnel_ports
         self._by_id: dict[tuple[int, str], tuple[list[str], list[tuple[str, str]]]] | None = None
         self._generic: dict[tuple[int, str, int], set[Fate] | None] = {}
+        # (id, port) of the continuations some judged flow was read through:
+        # no rule of their own, yet not unread.
+        self.followed: set[tuple[int, str]] = set()
 
     def _index(self) -> dict[tuple[int, str], tuple[list[str], list[tuple[str, str]]]]:
         if self._by_id is None:
@@ -291,7 +295,10 @@ class _Continuations:
                 if got is None:
                     return None
                 fates.add(got)
-        return fates.pop() if len(fates) == 1 else None
+        if len(fates) != 1:
+            return None
+        self.followed.add((rid, port))
+        return fates.pop()
 
 
 def _rule(key: str, actions: str, tunnel_ports: frozenset[str], default_vni: int,
@@ -342,13 +349,24 @@ def read_datapath(text: str, tunnel_ports: frozenset[str], default_vni: int) -> 
     lines = [ln for ln in text.splitlines() if ln.strip()]
     flows = [f for ln in lines if (f := flow_line(ln)) is not None]
     continuations = _Continuations(flows, tunnel_ports)
-    skipped = 0
+    unjudged = []
     for key, actions in flows:
         got = _rule(key, actions, tunnel_ports, default_vni, continuations)
         if got is None:
-            skipped += 1
+            unjudged.append(key)
         else:
             rules[got] = None
     if lines and not flows and not any(ln.startswith("flow-dump") for ln in lines):
         raise DatapathError(f"no datapath flow in {len(lines)} lines: {lines[0][:80]!r}")
-    return DatapathRead(tuple(rules), len(flows), skipped)
+    followed = sum(1 for key in unjudged if _continuation_of(key) in continuations.followed)
+    return DatapathRead(tuple(rules), len(flows), len(unjudged) - followed, followed)
+
+
+def _continuation_of(key: str) -> tuple[int, str] | None:
+    """(recirculation id, input port) of a valid flow after a
+    recirculation (`+inv` ones are never read through)."""
+    m = _RECIRC_ID.search(key)
+    rid = _int(m.group(1)) if m is not None else 0
+    if not rid or _invalid_only(key):
+        return None
+    return rid, key_fields(key)[1]

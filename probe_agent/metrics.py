@@ -29,7 +29,8 @@ VSWITCH_DATAPATH_FAILURES = Counter("netskel_agent_vswitch_datapath_failures_tot
                                     "last tables)", registry=REGISTRY)
 VSWITCH_DATAPATH_FLOWS = Gauge("netskel_agent_vswitch_datapath_flows",
                                "Flows of the last datapath read, by whether they said one "
-                               "destination's fate", ["judged"], registry=REGISTRY)
+                               "destination's fate (alone or as the continuation a judged "
+                               "flow recirculates to)", ["judged"], registry=REGISTRY)
 VSWITCH_LINES_NOT_UNDERSTOOD = Gauge("netskel_agent_vswitch_lines_not_understood",
                                      "Lines of the last virtual-switch dump read as unknowns",
                                      registry=REGISTRY)

@@ -117,7 +117,10 @@ def test_routing_before_conntrack_is_read_through_the_recirculation():
     """OVN's stage order: the destination is matched before `recirc`, the
     output after it by a flow that matches no destination."""
     got = read_datapath(ROUTE_FIRST, frozenset({"vx7"}), 7)
-    assert (got.flows, got.skipped) == (4, 2)  # the two continuations say nothing alone
+    # The two continuations say nothing alone, but each judged flow was read
+    # through one: followed, not skipped (an operator reads skipped flows
+    # as a cache the reader could not judge).
+    assert (got.flows, got.skipped, got.followed) == (4, 0, 2)
     assert sorted(_rules(ROUTE_FIRST)) == [("c0e0", False, 7, "192.168.10.2", "tunnel", ""),
                                           ("vx7", True, 7, "192.168.10.1", "deliver", "c0e0")]
 
@@ -163,6 +166,15 @@ def test_a_recirculating_flow_takes_its_continuations_one_fate(continuations, wa
     rules = [(f.port, f.from_tunnel, f.rule.dst, f.rule.action, f.rule.to, f.rule.vni)
              for f in got.rules if f.rule.dst == "192.168.3.9"]  # (some continuations are rules too)
     assert rules == [("pf0vf1", False, "192.168.3.9", *want[:2], want[2])]
+
+
+def test_only_continuations_a_judged_flow_was_read_through_count_as_followed():
+    invalid = ("ct_state(-new+inv+trk),recirc_id(0x5),in_port(pf0vf1),eth_type(0x0800),"
+               "ipv4(frag=no), actions:drop")
+    other_port = _TO_TUNNEL.replace("in_port(pf0vf1)", "in_port(pf0vf2)")
+    got = read_datapath(_chain(_TO_TUNNEL, invalid, other_port), frozenset({"vxlan_sys_4789"}), 7)
+    assert len(got.rules) == 1
+    assert (got.flows, got.followed, got.skipped) == (4, 1, 2)
 
 
 @pytest.mark.parametrize("continuations", [

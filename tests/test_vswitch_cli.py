@@ -92,6 +92,13 @@ def test_datapath_flows_as_rules_of_their_input_ports(capsys):
         ("c0e0", False, "192.168.10.2", "tunnel", "")]
 
 
+def test_a_route_first_cache_reports_its_continuations_as_followed(capsys):
+    rc, doc = run(capsys, "datapath", "--dump", str(DPCTL / "netdev-ovs3.1-route-first.txt"),
+                  "--tunnel-port", "vx7", "--vni", "7")
+    assert rc == 0 and (doc["flows"], doc["skipped"], doc["followed"], len(doc["rules"])) == (
+        4, 0, 2, 2)
+
+
 @pytest.mark.parametrize(("content", "says"), [
     (b"\xff\xfe garbage \x00\n", "not ovs-appctl dpctl/dump-flows output"),
     (None, "cannot read"),
