@@ -269,3 +269,35 @@ def test_list_incidents_pages_through_more_than_a_message_holds(topo_file, tmp_p
         assert len(json.loads(capsys.readouterr().out)["incidents"]) == 12_001
     finally:
         ana.stop(0)
+
+
+def test_a_stop_does_not_wait_out_a_long_analysis(topo_file, tmp_path):
+    """One window of 524,288 pairs takes seconds under the engine's lock and
+    cannot be interrupted; the analyzer's stop gives its threads one budget
+    and closes its incident store, inside the process's 8 s stop deadline,
+    instead of joining the analysis to its end."""
+    import sqlite3
+
+    ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller="unix:/none",
+                                        listen=("127.0.0.1:0",), db=str(tmp_path / "a.sqlite")),
+                         tick_s=0.05)
+    assert ana.store is not None
+    analysing, release = threading.Event(), threading.Event()
+
+    def long_tick(now, progress=None):
+        analysing.set()
+        release.wait(60)  # numpy does not look at the stop event
+        return []
+
+    ana.engine.tick = long_tick  # type: ignore[method-assign]
+    stopping = threading.Thread(target=ana.stop, args=(0,))
+    try:
+        assert analysing.wait(10)
+        stopping.start()
+        stopping.join(20)
+        assert not stopping.is_alive(), "the stop waited for the analysis"
+        with pytest.raises(sqlite3.ProgrammingError):  # closed: what was saved stays
+            ana.store.load()
+    finally:
+        release.set()
+        stopping.join(10)
