@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -18,6 +20,26 @@ def wait_for(fn: Callable[[], T], timeout: float, what: str, poll: float = 0.05)
         time.sleep(poll)
         last = fn()
     return last
+
+
+@contextmanager
+def stopped_while_busy(stop: Callable[[], None], busy: threading.Event,
+                       release: threading.Event) -> Iterator[None]:
+    """Once a worker deaf to the stop is `busy`, run `stop` and require it
+    to return while the worker is still held; the body then checks what the
+    stop left behind. The worker is released on the way out, whatever
+    happened."""
+    stopping = threading.Thread(target=stop)
+    try:
+        assert busy.wait(10), "the worker never got busy"
+        stopping.start()
+        stopping.join(20)
+        assert not stopping.is_alive(), "the stop waited for the busy worker"
+        yield
+    finally:
+        release.set()
+        if stopping.ident is not None:
+            stopping.join(10)
 
 
 def chromium() -> str | None:

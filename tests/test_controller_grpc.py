@@ -14,7 +14,7 @@ from controller.server import start_controller
 from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.config import ControllerConfig
-from tests.helpers import wait_for
+from tests.helpers import stopped_while_busy, wait_for
 
 
 def _cfg(topo_file: Path, db: Path) -> ControllerConfig:
@@ -306,14 +306,6 @@ def test_a_stop_does_not_wait_out_a_long_inference(topo_file, tmp_path, monkeypa
 
     monkeypatch.setattr(server, "run_live_inference", long_inference)
     c = start_controller(_cfg(topo_file, tmp_path / "c.sqlite"))
-    stopping = threading.Thread(target=c.stop, args=(0,))
-    try:
-        assert inferring.wait(10)
-        stopping.start()
-        stopping.join(20)
-        assert not stopping.is_alive(), "the stop waited for the inference"
-        with pytest.raises(sqlite3.ProgrammingError):  # closed: what was committed stays
-            c.store.load_registrations()
-    finally:
-        release.set()
-        stopping.join(10)
+    with (stopped_while_busy(lambda: c.stop(0), inferring, release),
+          pytest.raises(sqlite3.ProgrammingError)):  # closed: what was committed stays
+        c.store.load_registrations()

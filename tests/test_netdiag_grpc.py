@@ -23,7 +23,7 @@ from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
 from netskel.config import AnalyzerConfig, ControllerConfig
 from netskel.model import WindowStats
-from tests.helpers import wait_for
+from tests.helpers import stopped_while_busy, wait_for
 
 
 @pytest.fixture
@@ -290,14 +290,6 @@ def test_a_stop_does_not_wait_out_a_long_analysis(topo_file, tmp_path):
         return []
 
     ana.engine.tick = long_tick  # type: ignore[method-assign]
-    stopping = threading.Thread(target=ana.stop, args=(0,))
-    try:
-        assert analysing.wait(10)
-        stopping.start()
-        stopping.join(20)
-        assert not stopping.is_alive(), "the stop waited for the analysis"
-        with pytest.raises(sqlite3.ProgrammingError):  # closed: what was saved stays
-            ana.store.load()
-    finally:
-        release.set()
-        stopping.join(10)
+    with (stopped_while_busy(lambda: ana.stop(0), analysing, release),
+          pytest.raises(sqlite3.ProgrammingError)):  # closed: what was saved stays
+        ana.store.load()
