@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 DEFAULT_RANGE_S = 300.0
 
 OK, FAULT, INCONCLUSIVE = "NETWORK_OK", "NETWORK_FAULT", "INCONCLUSIVE"
+NO_WINDOW = "no probe window in range"  # the reason of an INCONCLUSIVE verdict with no data
 MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" credible
 # How certain a component type is, when two findings name the same pairs: an
 # agent that stopped, a rule the tables show broken or a NIC whose offloaded
@@ -1313,7 +1314,7 @@ class Analyzer:
             elif seen:
                 verdicts.append(PairVerdict(pair, OK, f"{len(seen)} healthy window(s)"))
             else:
-                verdicts.append(PairVerdict(pair, INCONCLUSIVE, "no probe window in range"))
+                verdicts.append(PairVerdict(pair, INCONCLUSIVE, NO_WINDOW))
         verdicts = [dataclasses.replace(v, route_from=self._routes[v.pair][0],
                                         route=self._routes[v.pair][1])
                     if v.pair in self._routes else v for v in verdicts]

@@ -120,6 +120,15 @@ class Deployment:
         resp = self.diagnose(pairs, since)
         return {pair_key(v.pair.a, v.pair.b): v.verdict for v in resp.pairs}
 
+    def reasons(self, pairs: list[tuple[str, str]], since: float = 0.0
+                ) -> dict[tuple[str, str], str]:
+        """Each pair's verdict reason: NO_WINDOW (analyzer/engine.py) where
+        the analyzer holds no window of it in the range. An INCONCLUSIVE
+        verdict alone does not say that: a pair whose windows include an
+        anomalous one that did not persist is INCONCLUSIVE too."""
+        resp = self.diagnose(pairs, since)
+        return {pair_key(v.pair.a, v.pair.b): v.reason for v in resp.pairs}
+
     def wait_all_ok(self, timeout: float, since: float | None = None) -> float:
         """Until every pair's recent windows (after `since`) are healthy;
         returns when. Recent: a lone anomalous window that did not persist
