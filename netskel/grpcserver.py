@@ -172,20 +172,22 @@ class AioServer:
     async def _make(self) -> grpc.aio.Server:
         return grpc.aio.server(options=SERVER_OPTIONS)
 
-    def run(self, coro: Awaitable[T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
+    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        """`coro` on the server's loop; raises concurrent.futures.TimeoutError
+        past `timeout`."""
+        return asyncio.run_coroutine_threadsafe(
+            coro, self.loop).result(timeout)  # type: ignore[arg-type]
 
     def stop(self, grace: float | None = None) -> _Stopped:
         """Stops within `grace` plus STOP_SLACK_S: grpc's own stop can hang
         while RPCs are in flight (grpc/grpc#40834); the loop's thread is a
         daemon, so the process can still exit."""
         if self._thread.is_alive():
+            within = (grace or 0.0) + STOP_SLACK_S
             try:
-                asyncio.run_coroutine_threadsafe(self.server.stop(grace), self.loop).result(
-                    (grace or 0.0) + STOP_SLACK_S)
+                self.run(self.server.stop(grace), within)
             except concurrent.futures.TimeoutError:
-                log.warning("grpc server did not stop within %.1f s; leaving it",
-                            (grace or 0.0) + STOP_SLACK_S)
+                log.warning("grpc server did not stop within %.1f s; leaving it", within)
             finally:
                 self.loop.call_soon_threadsafe(self.loop.stop)
                 self._thread.join(timeout=STOP_SLACK_S)
