@@ -246,9 +246,8 @@ class _Continuations:
         if self._by_id is None:
             self._by_id = {}
             for key, actions in self._flows:
-                m = _RECIRC_ID.search(key)
-                rid = _int(m.group(1)) if m is not None else 0
-                if not rid or _invalid_only(key):
+                rid = _continued_id(key)
+                if not rid:
                     continue
                 eth_type, port, matched, _, _ = key_fields(key)
                 if eth_type not in (None, 0x0800):
@@ -358,15 +357,16 @@ def read_datapath(text: str, tunnel_ports: frozenset[str], default_vni: int) -> 
             rules[got] = None
     if lines and not flows and not any(ln.startswith("flow-dump") for ln in lines):
         raise DatapathError(f"no datapath flow in {len(lines)} lines: {lines[0][:80]!r}")
-    followed = sum(1 for key in unjudged if _continuation_of(key) in continuations.followed)
+    followed = 0
+    if continuations.followed:  # else no flow was read through: nothing to parse again
+        followed = sum(1 for key in unjudged if (rid := _continued_id(key))
+                       and (rid, key_fields(key)[1]) in continuations.followed)
     return DatapathRead(tuple(rules), len(flows), len(unjudged) - followed, followed)
 
 
-def _continuation_of(key: str) -> tuple[int, str] | None:
-    """(recirculation id, input port) of a valid flow after a
-    recirculation (`+inv` ones are never read through)."""
+def _continued_id(key: str) -> int:
+    """The recirculation id a flow continues (0: none), for valid
+    connections' flows only (`+inv` ones are never read through)."""
     m = _RECIRC_ID.search(key)
     rid = _int(m.group(1)) if m is not None else 0
-    if not rid or _invalid_only(key):
-        return None
-    return rid, key_fields(key)[1]
+    return 0 if not rid or _invalid_only(key) else rid
