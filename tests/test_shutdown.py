@@ -64,15 +64,11 @@ def test_a_signal_taken_by_another_thread_still_stops_the_role():
     forever (found alive hours after its CI run). Here a thread directs
     SIGTERM at itself once the roles' handler is installed."""
     script = (
-        "import signal, threading\n"
-        "from pathlib import Path\n"
+        "import os, signal, threading\n"
         "from netskel.cli import _wait_for_signal\n"
-        "def caught():\n"
-        "    line = next(x for x in Path('/proc/self/status').read_text().splitlines()\n"
-        "                if x.startswith('SigCgt:'))\n"
-        f"    return int(line.split()[1], 16) & {SIGTERM_BIT}\n"
+        "from tests.test_shutdown import _catches_sigterm\n"
         "def other():\n"
-        "    while not caught():\n"
+        "    while not _catches_sigterm(os.getpid()):\n"
         "        threading.Event().wait(0.01)\n"
         "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
         "    threading.Event().wait()\n"
