@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 _TIMESPEC = struct.Struct("@qq")
 _SCM_TIMESTAMPING = struct.Struct("@qqqqqq")  # ts[0] software, ts[1] unused, ts[2] raw hardware
 _EXTENDED_ERR = struct.Struct("@IBBBBII")  # struct sock_extended_err
+_TX_FLAGS = struct.Struct("@I")  # one send's stamping flags, as ancillary data
 # Linux asm-generic values; Python's socket module exports none of them.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 SO_TIMESTAMPING = getattr(socket, "SO_TIMESTAMPING", 37)
@@ -75,6 +76,9 @@ UDP_IP_OVERHEAD = 28  # UDP 8 + IPv4 20: what a datagram's payload leaves of the
 # traffic, taken out of the counters skeleton inference reads.
 WIRE_OVERHEAD = UDP_IP_OVERHEAD + 14
 USER, KERNEL, HARDWARE = "user", "kernel", "hardware"
+# Replies a responder socket may hold waiting for their send stamps; past
+# it they are given up (their replies' own dwell stands).
+MAX_UNSTAMPED = 4096
 
 
 def _open(ip: str, port: int, tx: bool = True, busy_poll_us: int = 0, dscp: int = 0
@@ -142,15 +146,15 @@ def _recv(s: socket.socket) -> Received | None:
     return (data, addr, *_stamps(anc), time.time_ns())
 
 
-def _tx_stamps(s: socket.socket) -> list[tuple[bytes, int, int]]:
-    """Drain the error queue: each sent packet the kernel stamped, with its
-    kernel and hardware stamps. The packet comes back (its first
-    _TX_PEEK bytes: lower headers and ours), so it is matched by its own
-    header, not by a send counter that a failed send would put out of
-    step (read once per probe sent)."""
+def _tx_stamps(s: socket.socket, most: int = -1) -> list[tuple[bytes, int, int]]:
+    """Drain the error queue (at most `most` entries, if not negative): each
+    sent packet the kernel stamped, with its kernel and hardware stamps.
+    The packet comes back (its first _TX_PEEK bytes: lower headers and
+    ours), so it is matched by its own header, not by a send counter that a
+    failed send would put out of step (read once per probe sent)."""
     out: list[tuple[bytes, int, int]] = []
     ip, recverr = socket.IPPROTO_IP, _IP_RECVERR
-    while True:
+    while most < 0 or len(out) < most:
         try:
             data, anc, _flags, _addr = s.recvmsg(_TX_PEEK, _ERR_ANCILLARY, socket.MSG_ERRQUEUE)
         except (BlockingIOError, InterruptedError):
@@ -165,6 +169,7 @@ def _tx_stamps(s: socket.socket) -> list[tuple[bytes, int, int]]:
         software, hardware = _stamps(anc)
         if origin == _EE_ORIGIN_TIMESTAMPING and (software or hardware):
             out.append((data, software, hardware))
+    return out
 
 
 class SourceLimit:
@@ -191,32 +196,49 @@ class SourceLimit:
 
 class Responder:
     """Echoes well-formed probes on every endpoint address, each source
-    within its rate."""
+    within its rate; then sends each reply's follow-up with its dwell from
+    kernel stamps (probe_agent/wire.py). A follow-up is header-sized, so a
+    forged source gets at most one probe's bytes plus 36 back per probe, at
+    its rate."""
 
     def __init__(self, addresses: Iterable[str], port: int,
                  limit: SourceLimit | None = None, busy_poll_us: int = 0,
                  dscp: int = 0) -> None:
         self.limit = limit or SourceLimit()
-        self.sockets = [_open(ip, port, tx=False, busy_poll_us=busy_poll_us, dscp=dscp)[0]
-                        for ip in addresses]
+        # Receive stamps on the socket; a send stamp is asked for per reply
+        # (not for the follow-ups: their stamps would only fill the queue).
+        opened = [_open(ip, port, tx=False, busy_poll_us=busy_poll_us, dscp=dscp)
+                  for ip in addresses]
+        self.sockets = [sock for sock, _ in opened]
+        # Kernel stamps on every socket: else replies only, no follow-ups.
+        self.stamped = all(stamped for _, stamped in opened)
         # Bytes of probing traffic per local address, [sent, received]:
-        # replies out, probes in (every datagram to the probe port).
+        # replies and follow-ups out, probes in (every datagram to the port).
         self.own_bytes = {ip: [0, 0] for ip in addresses}
         self.port = self.sockets[0].getsockname()[1] if self.sockets else port
         self._sel = selectors.DefaultSelector()
         for s in self.sockets:
             self._sel.register(s, selectors.EVENT_READ)
         self.garbage = 0
+        # Replies sent whose send stamp is not read yet: probe key ->
+        # (kernel receive stamp, hardware receive stamp, prober's address).
+        # A software stamp is queued before the send returns; a hardware
+        # one may come later, and its arrival wakes the selector.
+        self._unstamped: dict[socket.socket, dict[tuple[int, int, int],
+                                                  tuple[int, int, tuple[str, int]]]] = {
+            s: {} for s in self.sockets}
 
     def serve(self, stop: threading.Event) -> None:
         local = {s: s.getsockname()[0] for s in self.sockets}
+        stamp_it = [(socket.SOL_SOCKET, SO_TIMESTAMPING, _TX_FLAGS.pack(_TX_SOFTWARE | _TX_HARDWARE))]
         while not stop.is_set():
             for key, _ in self._sel.select(timeout=IDLE_WAIT_S):
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
                 answered = 0
                 own = self.own_bytes[local[sock]]
+                unstamped = self._unstamped[sock]
                 while (got := _recv(sock)) is not None:
-                    data, addr, t_kernel, _, t_user = got
+                    data, addr, t_kernel, t_hardware, t_user = got
                     own[1] += len(data) + WIRE_OVERHEAD
                     t_rx = t_kernel or t_user
                     if not data:
@@ -231,14 +253,44 @@ class Responder:
                         metrics.PROBES_REFUSED.labels(reason="rate").inc()
                         continue
                     reply = wire.reply_to(data, time.time_ns() - t_rx)
+                    stamped = self.stamped and t_kernel > 0
                     try:
-                        sock.sendto(reply, addr)
+                        if stamped:
+                            sock.sendmsg([reply], stamp_it, 0, addr)
+                        else:
+                            sock.sendto(reply, addr)
                         own[0] += len(reply) + WIRE_OVERHEAD
                         answered += 1
                     except OSError as e:
                         log.debug("reply to %s failed: %s", addr, e)
+                        continue
+                    if stamped:
+                        unstamped[wire.probe_key(data)] = (t_kernel, t_hardware, addr)
                 if answered:
                     metrics.PROBES_ANSWERED.inc(answered)
+                if self.stamped:
+                    self._follow_up(sock, unstamped, own)
+
+    def _follow_up(self, sock: socket.socket, unstamped: dict[tuple[int, int, int], tuple[
+            int, int, tuple[str, int]]], own: list[int]) -> None:
+        """Send the follow-up of every reply whose send stamp came back. As
+        many stamps are read as replies wait for one (no read that finds
+        the queue empty); at least one, so a stray stamp is read too."""
+        for data, software, hardware in _tx_stamps(sock, most=max(1, len(unstamped))):
+            key = wire.sent_fields(data, wire.KIND_REPLY)
+            entry = unstamped.pop(key, None) if key is not None else None
+            if key is None or entry is None:
+                continue
+            rx_kernel, rx_hardware, addr = entry
+            dwell = hardware - rx_hardware if hardware and rx_hardware else software - rx_kernel
+            packet = wire.follow_up(key, dwell)
+            try:
+                sock.sendto(packet, addr)
+                own[0] += len(packet) + WIRE_OVERHEAD
+            except OSError as e:
+                log.debug("follow-up to %s failed: %s", addr, e)
+        if len(unstamped) > MAX_UNSTAMPED:  # stamps that never came: their replies stand
+            unstamped.clear()
 
     def close(self) -> None:
         self._sel.close()
@@ -431,29 +483,40 @@ class Prober:
                 entry[3], entry[4] = software, hardware
 
     def _receive(self, sock: socket.socket, out: list[Reply], src: str) -> None:
-        """Read the replies waiting on one of `src`'s flow sockets into `out`."""
+        """Read the replies waiting on one of `src`'s flow sockets into `out`;
+        a reply whose follow-up came with it takes the follow-up's dwell."""
         replies = []
+        fixed: dict[int, tuple[int, int]] = {}  # seq -> (t_send_ns, dwell from kernel stamps)
         token, trace_token = self.token, self.trace_token
         traced = self.on_trace_reply  # once: the tracer may unset it meanwhile
         got_bytes = 0
         while (got := _recv(sock)) is not None:
             got_bytes += len(got[0]) + WIRE_OVERHEAD
-            f = wire.reply_fields(got[0])
-            if f is not None and f[1] == token:
-                replies.append((f, got[2], got[3], got[4]))
-            elif f is not None and f[1] == trace_token and traced is not None:
+            f = wire.answer_fields(got[0])
+            if f is None:
+                continue
+            kind, seq, answer_token, t_send_ns, dwell_ns = f
+            if answer_token == token:
+                if kind == wire.KIND_REPLY:
+                    replies.append((seq, t_send_ns, dwell_ns, got[2], got[3], got[4]))
+                else:
+                    fixed[seq] = (t_send_ns, dwell_ns)
+            elif answer_token == trace_token and kind == wire.KIND_REPLY and traced is not None:
                 try:
-                    traced(f[0])
+                    traced(seq)
                 except Exception as e:  # a trace's bookkeeping must never stop the probing
                     log.warning("trace reply hook failed: %s: %s", type(e).__name__, e)
         self.own_bytes[src][1] += got_bytes
         if self.kernel_stamps and self.kernel_tx:
             self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
         clocks = dict.fromkeys((USER, KERNEL, HARDWARE), 0)
-        for (seq, _token, t_send_ns, dwell_ns), rx_kernel, rx_hardware, rx_user in replies:
+        for seq, t_send_ns, dwell_ns, rx_kernel, rx_hardware, rx_user in replies:
             entry = self._inflight.pop(seq, None)
             if entry is None or entry[2] != t_send_ns:
                 continue
+            better = fixed.get(seq)
+            if better is not None and better[0] == t_send_ns:
+                dwell_ns = better[1]
             (src, dst), size, tx_user, tx_kernel, tx_hardware, flow = entry
             # One clock at both ends, the most exact both have. Ping's
             # definition (kernel_tx False): user send, kernel receive.

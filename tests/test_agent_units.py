@@ -18,7 +18,7 @@ from analyzer.records import ProbeRecords
 from analyzer.windows import compute_windows
 from netskel.errors import InputError
 from netskel.model import TAIL_SHIFT_US
-from probe_agent import wire
+from probe_agent import udp, wire
 from probe_agent.agent import parse_endpoint, size_classes
 from probe_agent.rdma import rdma_availability
 from probe_agent.udp import Reply, Responder, SourceLimit
@@ -236,14 +236,81 @@ def test_responder_echoes_only_well_formed_probes_byte_for_byte_within_rate():
                 answered.append(data)
         except TimeoutError:
             pass
-        # Burst of 3 from this source, then nothing (the rate is ~0).
-        assert len(answered) == 3 and all(len(d) == 256 for d in answered)
-        assert [wire.decode(d).seq for d in answered] == [0, 1, 2]  # type: ignore[union-attr]
+        # Burst of 3 from this source, then nothing (the rate is ~0); each
+        # reply followed by its follow-up, header-sized.
+        read = [(wire.answer_fields(d), len(d)) for d in answered]
+        replies = [(f[1], n) for f, n in read if f and f[0] == wire.KIND_REPLY]
+        follows = [(f[1], n) for f, n in read if f and f[0] == wire.KIND_FOLLOW_UP]
+        assert replies == [(0, 256), (1, 256), (2, 256)]
+        assert follows == [(0, wire.HEADER_SIZE), (1, wire.HEADER_SIZE), (2, wire.HEADER_SIZE)]
+        assert len(answered) == 6
         assert r.garbage == 3
     finally:
         stop.set()
         t.join()
         r.close()
+
+
+def test_responder_follows_each_reply_with_its_dwell_from_kernel_stamps():
+    """The reply's dwell ends at user time before its send; the follow-up's
+    at the kernel's stamp of the reply leaving, later, so the responder's
+    own send path is no longer counted as network."""
+    r = Responder(["127.0.0.1"], 0)
+    stop = threading.Event()
+    t = threading.Thread(target=r.serve, args=(stop,), daemon=True)
+    t.start()
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        c.settimeout(5)
+        c.sendto(wire.encode(wire.Probe(wire.KIND_PROBE, 128, 1, 2, 3)), ("127.0.0.1", r.port))
+        reply = wire.answer_fields(c.recv(4096))
+        follow = wire.answer_fields(c.recv(4096))
+        assert r.stamped
+        assert reply is not None and reply[:4] == (wire.KIND_REPLY, 1, 2, 3)
+        assert follow is not None and follow[:4] == (wire.KIND_FOLLOW_UP, 1, 2, 3)
+        assert follow[4] >= reply[4]
+    finally:
+        stop.set()
+        t.join()
+        r.close()
+        c.close()
+    # What the agent takes out of its NIC counters: the follow-up too.
+    assert r.own_bytes["127.0.0.1"] == [128 + 36 + 2 * udp.WIRE_OVERHEAD, 128 + udp.WIRE_OVERHEAD]
+
+
+def test_prober_subtracts_the_follow_ups_dwell_when_it_came_with_the_reply():
+    """A responder slow to send after its user-time stamp (30 ms here):
+    with the follow-up, the prober takes those 30 ms out of the RTT; a reply
+    without one keeps its own dwell (an upper bound)."""
+    from probe_agent.udp import Prober, ProbeTarget
+
+    target = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    target.bind(("127.0.0.1", 0))
+    target.settimeout(5)
+    p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, 20.0, 5.0, lambda *a: None, lambda *a: None)
+    here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    here.setblocking(False)  # as the prober's own sockets: read until drained
+    try:
+        p.set_targets([ProbeTarget("a", "b", "127.0.0.1", target.getsockname()[1])])
+        p._send_due(time.monotonic() + 1.0)  # due now and again at the horizon: two probes
+        probes = [target.recv(4096) for _ in range(2)]
+        time.sleep(0.03)  # the responder's slow send path
+        slow = 30_000_000
+        there.send(wire.reply_to(probes[0], 0))
+        there.send(wire.follow_up(wire.probe_key(probes[0]), slow))
+        there.send(wire.reply_to(probes[1], 0))  # its follow-up never comes
+        out: list[Reply] = []
+        p._receive(here, out, "a")
+        rtt = {rec[3]: rec[4] for rec in out}  # by send time
+        first, second = (wire.probe_key(x)[2] / 1e9 for x in probes)
+        assert set(rtt) == {first, second}
+        assert rtt[second] >= slow / 1e3
+        assert abs(rtt[first] - (rtt[second] - slow / 1e3)) < 1000
+    finally:
+        p.close()
+        here.close()
+        there.close()
+        target.close()
 
 
 def test_rdma_reports_why_it_cannot_run():
@@ -272,11 +339,10 @@ def test_probe_header_read_from_a_packet_cut_or_carrying_more():
 
 def test_prober_rtt_from_kernel_stamps_at_both_ends():
     """On Linux the prober's RTT is kernel send stamp to kernel receive
-    stamp (minus the responder's dwell from its own kernel receive stamp),
-    never a user-space clock; the responder's sockets stamp receives only,
-    so its error queue stays empty."""
+    stamp (minus the responder's dwell from its own kernel stamps, sent in
+    its follow-ups), never a user-space clock."""
     from probe_agent import metrics
-    from probe_agent.udp import USER, Prober, ProbeTarget, _tx_stamps
+    from probe_agent.udp import USER, Prober, ProbeTarget
 
     stop = threading.Event()
     r = Responder(["127.0.0.1"], 0)
@@ -298,7 +364,6 @@ def test_prober_rtt_from_kernel_stamps_at_both_ends():
         assert p.kernel_stamps and p.timestamping == "kernel" != USER
         assert metrics.PROBE_STAMPS.labels(clock="kernel")._value.get() - before >= 50
         assert all(0 < x < 100_000 for x in got)
-        assert _tx_stamps(r.sockets[0]) == []
     finally:
         stop.set()
 
@@ -375,10 +440,16 @@ def test_probe_buffer_rewritten_in_place_reads_back_as_the_same_probe():
     assert p is not None and (p.kind, p.size, p.seq, p.token, p.t_send_ns) == (
         wire.KIND_PROBE, 256, 41, 7, 99)
     reply = wire.reply_to(bytes(buf), dwell_ns=1234)
-    assert wire.reply_fields(reply) == (41, 7, 99, 1234)
-    assert wire.reply_fields(bytes(buf)) is None  # a probe is not a reply
-    assert wire.reply_fields(reply[:-1]) is None  # cut
-    assert wire.reply_fields(b"x" * 64) is None
+    assert wire.answer_fields(reply) == (wire.KIND_REPLY, 41, 7, 99, 1234)
+    assert wire.answer_fields(bytes(buf)) is None  # a probe is not an answer
+    assert wire.answer_fields(reply[:-1]) is None  # cut
+    assert wire.answer_fields(b"x" * 64) is None
+    assert wire.probe_key(bytes(buf)) == (41, 7, 99)
+    follow = wire.follow_up(wire.probe_key(bytes(buf)), 5678)
+    assert len(follow) == wire.HEADER_SIZE
+    assert wire.answer_fields(follow) == (wire.KIND_FOLLOW_UP, 41, 7, 99, 5678)
+    assert wire.sent_fields(b"\x00" * 28 + bytes(reply), wire.KIND_REPLY) == (41, 7, 99)
+    assert wire.sent_fields(b"\x00" * 28 + bytes(reply)) is None  # not a probe
 
 
 def test_prober_with_user_send_stamps_asks_for_no_kernel_send_stamps():
@@ -602,7 +673,7 @@ def test_probes_and_replies_carry_the_configured_dscp():
         assert tos == {26 << 2}
         target.sendto(wire.encode(wire.Probe(wire.KIND_PROBE, 64, 1, 2, 3)), ("127.0.0.1", r.port))
         data, reply_tos = _tos_of_next(target)
-        while wire.reply_fields(data) is None:  # the prober's probes keep coming meanwhile
+        while wire.answer_fields(data) is None:  # the prober's probes keep coming meanwhile
             data, reply_tos = _tos_of_next(target)
         assert reply_tos == 46 << 2
     finally:

@@ -254,21 +254,23 @@ def test_datapath_flow_reader_and_the_nic_tables_are_total(lines, header, junk):
 @given(st.binary(max_size=200))
 def test_probe_wire_decoder_is_total(data):
     p = wire.decode(data)
-    assert p is None or (p.size == len(data) and p.kind in (wire.KIND_PROBE, wire.KIND_REPLY))
+    assert p is None or (p.size == len(data) and p.kind in (wire.KIND_PROBE, wire.KIND_REPLY,
+                                                            wire.KIND_FOLLOW_UP))
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.sampled_from([wire.KIND_PROBE, wire.KIND_REPLY, 0, 3]), st.integers(wire.HEADER_SIZE, 300),
+@given(st.sampled_from([wire.KIND_PROBE, wire.KIND_REPLY, wire.KIND_FOLLOW_UP, 0, 4]),
+       st.integers(wire.HEADER_SIZE, 300),
        st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1),
        st.lists(st.tuples(st.one_of(st.integers(0, 7), st.integers(0, wire.HEADER_SIZE - 1)),
                           st.integers(0, 255)), max_size=2),
        st.integers(-3, 3), st.binary(max_size=20))
 def test_hot_path_header_readers_agree_with_decode(kind, size, seq, token, dwell, flips, cut,
                                                     lower):
-    """The prober's and responder's lean readers (is_probe, reply_fields,
+    """The prober's and responder's lean readers (is_probe, answer_fields,
     sent_fields) against `decode` / `header` as the reference, on headers
     with bytes changed, packets cut or extended, lower headers before."""
-    data = bytearray(wire.encode(wire.Probe(kind=kind if kind in (1, 2) else 1, size=size,
+    data = bytearray(wire.encode(wire.Probe(kind=kind if kind in (1, 2, 3) else 1, size=size,
                                             seq=seq, token=token, t_send_ns=seq ^ token,
                                             dwell_ns=dwell)))
     data[5] = kind
@@ -277,17 +279,18 @@ def test_hot_path_header_readers_agree_with_decode(kind, size, seq, token, dwell
     data = data[:len(data) + cut] if cut < 0 else data + bytes(cut)
     ref = wire.decode(bytes(data))
     assert wire.is_probe(bytes(data)) == (ref is not None and ref.kind == wire.KIND_PROBE)
-    want = (ref.seq, ref.token, ref.t_send_ns, ref.dwell_ns) \
-        if ref is not None and ref.kind == wire.KIND_REPLY else None
-    assert wire.reply_fields(bytes(data)) == want
+    want = (ref.kind, ref.seq, ref.token, ref.t_send_ns, ref.dwell_ns) \
+        if ref is not None and ref.kind != wire.KIND_PROBE else None
+    assert wire.answer_fields(bytes(data)) == want
     back = bytes(lower) + bytes(data)  # as the error queue hands a sent probe back
     head = wire.header(bytes(data))
-    got = wire.sent_fields(back)
-    if back.find(wire.MAGIC) == len(lower):  # the first magic is our header's
-        assert got == ((head.seq, head.token, head.t_send_ns)
-                       if head is not None and head.kind == wire.KIND_PROBE else None)
-    elif wire.MAGIC not in back:
-        assert got is None
+    for want_kind in (wire.KIND_PROBE, wire.KIND_REPLY):  # the prober's, the responder's
+        got = wire.sent_fields(back, want_kind)
+        if back.find(wire.MAGIC) == len(lower):  # the first magic is our header's
+            assert got == ((head.seq, head.token, head.t_send_ns)
+                           if head is not None and head.kind == want_kind else None)
+        elif wire.MAGIC not in back:
+            assert got is None
 
 
 @settings(max_examples=300, deadline=None)
