@@ -130,6 +130,11 @@ PROBES_ANSWERED = Counter("netskel_probes_answered_total", "Probes echoed by the
 PROBE_STAMPS = Counter("netskel_probe_timestamps_total",
                        "Probe RTTs by the clock of their send and receive stamps "
                        "(hardware, kernel or user)", ["clock"], registry=REGISTRY)
+PROBE_DWELLS = Counter("netskel_probe_dwells_total",
+                       "Probe RTTs by where the responder's dwell came from: its follow-up "
+                       "(kernel stamps) or the reply alone (up to just before its send; an old "
+                       "responder, or a follow-up read after its reply)", ["source"],
+                       registry=REGISTRY)
 PROBES_REFUSED = Counter("netskel_probes_refused_total",
                          "Datagrams the responder did not answer", ["reason"], registry=REGISTRY)
 CONTROLLER_RECONNECTS = Counter("netskel_controller_reconnects_total",

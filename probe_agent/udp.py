@@ -381,6 +381,8 @@ class Prober:
         self._m_rtt = {ep: metrics.PROBE_RTT.child(ep) for ep in sources}  # retired by close
         self._closed = False
         self._m_clock = {c: metrics.PROBE_STAMPS.labels(clock=c) for c in (USER, KERNEL, HARDWARE)}
+        self._m_followed = metrics.PROBE_DWELLS.labels(source="follow_up")
+        self._m_unfollowed = metrics.PROBE_DWELLS.labels(source="reply")
 
     def set_targets(self, targets: Iterable[ProbeTarget]) -> None:
         """Replace the probed set; new targets start at a random phase."""
@@ -510,6 +512,7 @@ class Prober:
         if self.kernel_stamps and self.kernel_tx:
             self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
         clocks = dict.fromkeys((USER, KERNEL, HARDWARE), 0)
+        followed = 0
         for seq, t_send_ns, dwell_ns, rx_kernel, rx_hardware, rx_user in replies:
             entry = self._inflight.pop(seq, None)
             if entry is None or entry[2] != t_send_ns:
@@ -517,6 +520,7 @@ class Prober:
             better = fixed.get(seq)
             if better is not None and better[0] == t_send_ns:
                 dwell_ns = better[1]
+                followed += 1
             (src, dst), size, tx_user, tx_kernel, tx_hardware, flow = entry
             # One clock at both ends, the most exact both have. Ping's
             # definition (kernel_tx False): user send, kernel receive.
@@ -536,6 +540,10 @@ class Prober:
         for clock, n in clocks.items():
             if n:
                 self._m_clock[clock].inc(n)
+        if followed:
+            self._m_followed.inc(followed)
+        if sum(clocks.values()) > followed:
+            self._m_unfollowed.inc(sum(clocks.values()) - followed)
 
     def _expire(self, now_ns: int) -> None:
         limit = now_ns - int(self.timeout_s * 1e9)

@@ -282,6 +282,7 @@ def test_prober_subtracts_the_follow_ups_dwell_when_it_came_with_the_reply():
     """A responder slow to send after its user-time stamp (30 ms here):
     with the follow-up, the prober takes those 30 ms out of the RTT; a reply
     without one keeps its own dwell (an upper bound)."""
+    from probe_agent import metrics
     from probe_agent.udp import Prober, ProbeTarget
 
     target = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -300,7 +301,10 @@ def test_prober_subtracts_the_follow_ups_dwell_when_it_came_with_the_reply():
         there.send(wire.follow_up(wire.probe_key(probes[0]), slow))
         there.send(wire.reply_to(probes[1], 0))  # its follow-up never comes
         out: list[Reply] = []
+        dwells = {s: metrics.PROBE_DWELLS.labels(source=s)._value.get() for s in ("follow_up", "reply")}
         p._receive(here, out, "a")
+        assert {s: metrics.PROBE_DWELLS.labels(source=s)._value.get() - dwells[s]
+                for s in dwells} == {"follow_up": 1, "reply": 1}
         rtt = {rec[3]: rec[4] for rec in out}  # by send time
         first, second = (wire.probe_key(x)[2] / 1e9 for x in probes)
         assert set(rtt) == {first, second}
@@ -356,6 +360,7 @@ def test_prober_rtt_from_kernel_stamps_at_both_ends():
             done.set()
 
     before = metrics.PROBE_STAMPS.labels(clock="kernel")._value.get()
+    dwells = {s: metrics.PROBE_DWELLS.labels(source=s)._value.get() for s in ("follow_up", "reply")}
     p = Prober({"a": "127.0.0.1"}, {"a": (64, 1400)}, 500.0, 1.0, lambda *a: None, on_reply)
     p.set_targets([ProbeTarget("a", "b", "127.0.0.1", r.port)])
     threading.Thread(target=p.run, args=(stop,), daemon=True).start()
@@ -364,6 +369,9 @@ def test_prober_rtt_from_kernel_stamps_at_both_ends():
         assert p.kernel_stamps and p.timestamping == "kernel" != USER
         assert metrics.PROBE_STAMPS.labels(clock="kernel")._value.get() - before >= 50
         assert all(0 < x < 100_000 for x in got)
+        followed, alone = (metrics.PROBE_DWELLS.labels(source=s)._value.get() - dwells[s]
+                           for s in ("follow_up", "reply"))
+        assert followed >= 50 and followed >= 9 * alone
     finally:
         stop.set()
 
