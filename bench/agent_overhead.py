@@ -87,6 +87,8 @@ def metric_total(port: int, metric: str) -> float:
 
 
 SENT, ANSWERED = "netskel_probes_sent_total{", "netskel_probes_answered_total "
+FOLLOWED, ALONE = ('netskel_probe_dwells_total{source="follow_up"}',
+                   'netskel_probe_dwells_total{source="reply"}')
 
 
 def free_port() -> int:
@@ -130,9 +132,11 @@ def measure(sock: str, container: str, endpoint: str, seconds: float, rate: floa
         try:
             cpu0, sent0, t0 = proc_cpu(agent.pid), metric_total(mport, SENT), time.monotonic()
             answered0 = metric_total(mport, ANSWERED)
+            dwells0 = [metric_total(mport, m) for m in (FOLLOWED, ALONE)]
             time.sleep(seconds)
             cpu1, sent1, t1 = proc_cpu(agent.pid), metric_total(mport, SENT), time.monotonic()
             answered1 = metric_total(mport, ANSWERED)
+            dwells1 = [metric_total(mport, m) for m in (FOLLOWED, ALONE)]
         finally:
             peer_stop.set()
             if peer is not None:
@@ -140,6 +144,7 @@ def measure(sock: str, container: str, endpoint: str, seconds: float, rate: floa
         return {"cpu_s": sum(cpu1) - sum(cpu0), "user_s": cpu1[0] - cpu0[0],
                 "sys_s": cpu1[1] - cpu0[1], "probes": sent1 - sent0, "wall_s": t1 - t0,
                 "answered": answered1 - answered0,
+                "followed": dwells1[0] - dwells0[0], "alone": dwells1[1] - dwells0[1],
                 "rss_mb": proc_rss_mb(agent.pid)}
     finally:
         agent.terminate()
@@ -215,6 +220,10 @@ def main() -> None:
         "cpu_s_per_1000_probes_probing_and_answering": round(
             both["cpu_s"] / max(both["probes"], 1) * 1000, 4),
         "answered_while_probing": int(both["answered"]),
+        # RTTs whose responder's dwell came from its follow-up (kernel
+        # stamps), not from the reply alone (the follow-up read too late).
+        "dwell_from_follow_up_share": round(
+            busy["followed"] / max(busy["followed"] + busy["alone"], 1), 4),
         # Issue 16's measurement before the hot-path work (2026-11-23, same bench).
         "before_cpu_s_per_1000_probes": BEFORE,
         "cpu_fraction_of_one_core": round(busy["cpu_s"] / busy["wall_s"], 4),
