@@ -14,6 +14,7 @@ bare timed sleep, 60 µs more for the first system call after it, against
 
 from __future__ import annotations
 
+import errno
 import heapq
 import logging
 import os
@@ -44,6 +45,9 @@ _EE_ORIGIN_TIMESTAMPING = 4
 _EE_ORIGIN_AT = 4  # ee_origin's byte in struct sock_extended_err (after u32 ee_errno)
 _TX_HARDWARE, _TX_SOFTWARE, _RX_HARDWARE, _RX_SOFTWARE = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _SOFTWARE, _RAW_HARDWARE = 1 << 4, 1 << 6
+# What a responder asks of the kernel for each reply alone (ancillary data:
+# Linux 4.13 and later; an older kernel refuses, and replies go unstamped).
+REPLY_STAMP = _TX_SOFTWARE | _TX_HARDWARE
 # Kernel stamps at both ends of the socket layer: TX when the driver takes the
 # packet (read back from the error queue, with the packet, so it is matched
 # by its own header), RX when the stack receives it. Hardware stamps are
@@ -230,7 +234,7 @@ class Responder:
 
     def serve(self, stop: threading.Event) -> None:
         local = {s: s.getsockname()[0] for s in self.sockets}
-        stamp_it = [(socket.SOL_SOCKET, SO_TIMESTAMPING, _TX_FLAGS.pack(_TX_SOFTWARE | _TX_HARDWARE))]
+        stamp_it = [(socket.SOL_SOCKET, SO_TIMESTAMPING, _TX_FLAGS.pack(REPLY_STAMP))]
         while not stop.is_set():
             for key, _ in self._sel.select(timeout=IDLE_WAIT_S):
                 sock: socket.socket = key.fileobj  # type: ignore[assignment]
@@ -254,22 +258,36 @@ class Responder:
                         continue
                     reply = wire.reply_to(data, time.time_ns() - t_rx)
                     stamped = self.stamped and t_kernel > 0
-                    try:
-                        if stamped:
-                            sock.sendmsg([reply], stamp_it, 0, addr)
-                        else:
-                            sock.sendto(reply, addr)
-                        own[0] += len(reply) + WIRE_OVERHEAD
-                        answered += 1
-                    except OSError as e:
-                        log.debug("reply to %s failed: %s", addr, e)
+                    if not self._reply(sock, reply, addr, stamp_it if stamped else None):
                         continue
-                    if stamped:
+                    own[0] += len(reply) + WIRE_OVERHEAD
+                    answered += 1
+                    if stamped and self.stamped:
                         unstamped[wire.probe_key(data)] = (t_kernel, t_hardware, addr)
                 if answered:
                     metrics.PROBES_ANSWERED.inc(answered)
                 if self.stamped:
                     self._follow_up(sock, unstamped, own)
+
+    def _reply(self, sock: socket.socket, reply: bytes | bytearray, addr: tuple[str, int],
+               stamp_it: list[tuple[int, int, bytes]] | None) -> bool:
+        """Send one reply, its send stamp asked for if `stamp_it`; whether it
+        left. A kernel that refuses the per-send stamp gets the reply
+        without it, and no follow-ups from then on."""
+        try:
+            if stamp_it is None:
+                sock.sendto(reply, addr)
+            else:
+                sock.sendmsg([reply], stamp_it, 0, addr)
+            return True
+        except OSError as e:
+            if stamp_it is not None and e.errno == errno.EINVAL:
+                log.warning("the kernel stamps no single send (%s): replies carry their own "
+                            "dwell, without follow-ups", e)
+                self.stamped = False
+                return self._reply(sock, reply, addr, None)
+            log.debug("reply to %s failed: %s", addr, e)
+            return False
 
     def _follow_up(self, sock: socket.socket, unstamped: dict[tuple[int, int, int], tuple[
             int, int, tuple[str, int]]], own: list[int]) -> None:

@@ -278,6 +278,31 @@ def test_responder_follows_each_reply_with_its_dwell_from_kernel_stamps():
     assert r.own_bytes["127.0.0.1"] == [128 + 36 + 2 * udp.WIRE_OVERHEAD, 128 + udp.WIRE_OVERHEAD]
 
 
+def test_a_kernel_refusing_a_sends_own_stamp_still_gets_every_reply(monkeypatch):
+    """Linux before 4.13 refuses stamping flags given with one send (EINVAL):
+    every reply must still go, without follow-ups. The real kernel refuses
+    flags that are not send flags the same way."""
+    monkeypatch.setattr(udp, "REPLY_STAMP", udp._RX_SOFTWARE)
+    r = Responder(["127.0.0.1"], 0)
+    stop = threading.Event()
+    t = threading.Thread(target=r.serve, args=(stop,), daemon=True)
+    t.start()
+    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        c.settimeout(5)
+        for seq in range(3):
+            c.sendto(wire.encode(wire.Probe(wire.KIND_PROBE, 64, seq, 2, 3)), ("127.0.0.1", r.port))
+        got = [wire.answer_fields(c.recv(4096)) for _ in range(3)]
+        assert [(f[0], f[1]) for f in got if f] == [(wire.KIND_REPLY, seq) for seq in range(3)]
+    finally:
+        stop.set()
+        t.join()
+        r.close()
+        c.close()
+    assert not r.stamped
+    assert r.own_bytes["127.0.0.1"][0] == 3 * (64 + udp.WIRE_OVERHEAD)  # nothing else was sent
+
+
 def test_prober_subtracts_the_follow_ups_dwell_when_it_came_with_the_reply():
     """A responder slow to send after its user-time stamp (30 ms here):
     with the follow-up, the prober takes those 30 ms out of the RTT; a reply
