@@ -176,6 +176,22 @@ def _tx_stamps(s: socket.socket, most: int = -1) -> list[tuple[bytes, int, int]]
     return out
 
 
+def follow_up_dwell(rx_kernel: int, rx_hardware: int, tx_kernel: int, tx_hardware: int
+                    ) -> int | None:
+    """A responder's dwell (ns) from its stamps of a probe's receipt and of
+    its reply's send: both on the NIC's clock where it took both, else both
+    on the kernel's; None where no clock has both (a NIC that stamps sends
+    in hardware but missed this receipt leaves no software send stamp
+    either), or where they run backwards: the reply's own dwell stands."""
+    if tx_hardware and rx_hardware:
+        dwell = tx_hardware - rx_hardware
+    elif tx_kernel and rx_kernel:
+        dwell = tx_kernel - rx_kernel
+    else:
+        return None
+    return dwell if dwell >= 0 else None
+
+
 class SourceLimit:
     """Per-source token buckets (a source: a prober's address and the local
     endpoint it probes): a source may burst `burst` probes, then
@@ -300,7 +316,9 @@ class Responder:
             if key is None or entry is None:
                 continue
             rx_kernel, rx_hardware, addr = entry
-            dwell = hardware - rx_hardware if hardware and rx_hardware else software - rx_kernel
+            dwell = follow_up_dwell(rx_kernel, rx_hardware, software, hardware)
+            if dwell is None:
+                continue
             packet = wire.follow_up(key, dwell)
             try:
                 sock.sendto(packet, addr)

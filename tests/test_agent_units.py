@@ -278,6 +278,18 @@ def test_responder_follows_each_reply_with_its_dwell_from_kernel_stamps():
     assert r.own_bytes["127.0.0.1"] == [128 + 36 + 2 * udp.WIRE_OVERHEAD, 128 + udp.WIRE_OVERHEAD]
 
 
+def test_a_follow_ups_dwell_takes_both_ends_from_one_clock():
+    from probe_agent.udp import follow_up_dwell
+
+    assert follow_up_dwell(1_000, 50_000, 1_700, 50_400) == 400  # the NIC's, where it took both
+    assert follow_up_dwell(1_000, 0, 1_700, 50_400) == 700  # else the kernel's
+    assert follow_up_dwell(1_000, 50_000, 1_700, 0) == 700
+    # Sent stamped in hardware, received unstamped there: no software send
+    # stamp exists, and no dwell is better than the reply's own.
+    assert follow_up_dwell(1_000, 0, 0, 50_400) is None
+    assert follow_up_dwell(1_000, 0, 900, 0) is None  # backwards
+
+
 def test_a_kernel_refusing_a_sends_own_stamp_still_gets_every_reply(monkeypatch):
     """Linux before 4.13 refuses stamping flags given with one send (EINVAL):
     every reply must still go, without follow-ups. The real kernel refuses
