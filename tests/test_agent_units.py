@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -251,29 +253,37 @@ def test_responder_echoes_only_well_formed_probes_byte_for_byte_within_rate():
         r.close()
 
 
-def test_responder_follows_each_reply_with_its_dwell_from_kernel_stamps():
-    """The reply's dwell ends at user time before its send; the follow-up's
-    at the kernel's stamp of the reply leaving, later, so the responder's
-    own send path is no longer counted as network."""
-    r = Responder(["127.0.0.1"], 0)
+@contextmanager
+def _served(r: Responder) -> Iterator[socket.socket]:
+    """`r` serving on a thread of its own, and a client socket to probe it
+    from; stopped and closed on the way out."""
     stop = threading.Event()
     t = threading.Thread(target=r.serve, args=(stop,), daemon=True)
     t.start()
     c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    c.settimeout(5)
     try:
-        c.settimeout(5)
-        c.sendto(wire.encode(wire.Probe(wire.KIND_PROBE, 128, 1, 2, 3)), ("127.0.0.1", r.port))
-        reply = wire.answer_fields(c.recv(4096))
-        follow = wire.answer_fields(c.recv(4096))
-        assert r.stamped
-        assert reply is not None and reply[:4] == (wire.KIND_REPLY, 1, 2, 3)
-        assert follow is not None and follow[:4] == (wire.KIND_FOLLOW_UP, 1, 2, 3)
-        assert follow[4] >= reply[4]
+        yield c
     finally:
         stop.set()
         t.join()
         r.close()
         c.close()
+
+
+def test_responder_follows_each_reply_with_its_dwell_from_kernel_stamps():
+    """The reply's dwell ends at user time before its send; the follow-up's
+    at the kernel's stamp of the reply leaving, later, so the responder's
+    own send path is no longer counted as network."""
+    r = Responder(["127.0.0.1"], 0)
+    with _served(r) as c:
+        c.sendto(wire.encode(wire.Probe(wire.KIND_PROBE, 128, 1, 2, 3)), ("127.0.0.1", r.port))
+        reply = wire.answer_fields(c.recv(4096))
+        follow = wire.answer_fields(c.recv(4096))
+    assert r.stamped
+    assert reply is not None and reply[:4] == (wire.KIND_REPLY, 1, 2, 3)
+    assert follow is not None and follow[:4] == (wire.KIND_FOLLOW_UP, 1, 2, 3)
+    assert follow[4] >= reply[4]
     # What the agent takes out of its NIC counters: the follow-up too.
     assert r.own_bytes["127.0.0.1"] == [128 + 36 + 2 * udp.WIRE_OVERHEAD, 128 + udp.WIRE_OVERHEAD]
 
@@ -296,21 +306,11 @@ def test_a_kernel_refusing_a_sends_own_stamp_still_gets_every_reply(monkeypatch)
     flags that are not send flags the same way."""
     monkeypatch.setattr(udp, "REPLY_STAMP", udp._RX_SOFTWARE)
     r = Responder(["127.0.0.1"], 0)
-    stop = threading.Event()
-    t = threading.Thread(target=r.serve, args=(stop,), daemon=True)
-    t.start()
-    c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        c.settimeout(5)
+    with _served(r) as c:
         for seq in range(3):
             c.sendto(wire.encode(wire.Probe(wire.KIND_PROBE, 64, seq, 2, 3)), ("127.0.0.1", r.port))
         got = [wire.answer_fields(c.recv(4096)) for _ in range(3)]
-        assert [(f[0], f[1]) for f in got if f] == [(wire.KIND_REPLY, seq) for seq in range(3)]
-    finally:
-        stop.set()
-        t.join()
-        r.close()
-        c.close()
+    assert [(f[0], f[1]) for f in got if f] == [(wire.KIND_REPLY, seq) for seq in range(3)]
     assert not r.stamped
     assert r.own_bytes["127.0.0.1"][0] == 3 * (64 + udp.WIRE_OVERHEAD)  # nothing else was sent
 
