@@ -9,13 +9,17 @@ kernel answers ping in its softirq, so ping's RTT is the path's floor plus
 one send and one receive through the socket layer; ours, stamped where
 each host's driver takes or gives the packet, is the floor itself.
 
-    python bench/fidelity.py [--rounds 3] [--count 200] [--busy-poll 50]
+    python bench/fidelity.py [--rounds 3] [--count 200] [--busy-poll 50] [--gil-load]
 
 Prints per-round figures, then one JSON line with agent_median_us,
 ping_median_us, agent_p99_us, ping_p99_us (all rounds pooled), and the
 packet-capture reference: our probes as an AF_PACKET socket on the
 prober's veth sees them leave and their replies arrive (wire_median_us,
-wire_p99_us, agent_vs_wire_median_gap_us).
+wire_p99_us, agent_vs_wire_median_gap_us), and the same probes less the
+replies' own dwells instead of their follow-ups' (wire_reply_dwell_*:
+the responder's send path, what the follow-ups take out). `--gil-load`
+spins a pure-Python thread in the responder's process, as an agent's
+other threads do.
 Goal (issue 16): agent median within 5 us of ping's, p99 within 20 us.
 Two readings, both printed: `goal_met` compares our production RTT (kernel
 send stamp to kernel receive stamp, less the responder's dwell from its
@@ -57,14 +61,21 @@ PORT = 7399
 PING_RTT = re.compile(r"time=([0-9.]+) ms")
 
 
-def serve(ip: str, port: int, busy_poll_us: int = 0) -> None:
-    """Child mode, inside namespace B: answer probes until stdin closes."""
+def serve(ip: str, port: int, busy_poll_us: int = 0, gil_load: bool = False) -> None:
+    """Child mode, inside namespace B: answer probes until stdin closes.
+    `gil_load`: a pure-Python thread spins beside the responder, as an
+    agent's other threads (gRPC, counters, windows) take the interpreter."""
     from probe_agent.udp import Responder
 
     r = Responder([ip], port, busy_poll_us=busy_poll_us)
     stop = threading.Event()
     t = threading.Thread(target=r.serve, args=(stop,), daemon=True)
     t.start()
+    if gil_load:
+        def spin() -> None:
+            while not stop.is_set():
+                sum(range(1000))
+        threading.Thread(target=spin, daemon=True).start()
     print("ready", flush=True)
     sys.stdin.read()
     stop.set()
@@ -123,12 +134,17 @@ class Capture:
             elif head.kind == wire.KIND_FOLLOW_UP and sport == self.port:
                 self.fixed.setdefault(head.seq, head.dwell_ns)
 
-    def rtts_us(self) -> list[float]:
+    def rtts_us(self) -> tuple[list[float], list[float]]:
+        """The wire RTTs less the follow-ups' dwells (the reply's where none
+        came), and the same probes' less the replies' own dwells: what the
+        responder's send path would add without follow-ups."""
         self.stop.set()
         self.thread.join()
         self.sock.close()
-        return [(self.back[s][0] - t - self.fixed.get(s, self.back[s][1])) / 1e3
-                for s, t in sorted(self.out.items()) if s in self.back]
+        answered = [(s, t) for s, t in sorted(self.out.items()) if s in self.back]
+        return ([(self.back[s][0] - t - self.fixed.get(s, self.back[s][1])) / 1e3
+                 for s, t in answered],
+                [(self.back[s][0] - t - self.back[s][1]) / 1e3 for s, t in answered])
 
 
 def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool,
@@ -159,8 +175,12 @@ def probe(src_ip: str, dst_ip: str, port: int, count: int, kernel_tx: bool,
     t.join()
     stamps.append(p.timestamping)
     p.close()
-    wire_rtts = cap.rtts_us() if cap is not None else []
-    print(json.dumps({"rtts": rtts[:count], "timestamping": stamps[0], "wire": wire_rtts[:count]}))
+    wire_rtts, reply_dwell = cap.rtts_us() if cap is not None else ([], [])
+    from probe_agent import metrics
+
+    followed = {s: metrics.PROBE_DWELLS.labels(source=s)._value.get() for s in ("follow_up", "reply")}
+    print(json.dumps({"rtts": rtts[:count], "timestamping": stamps[0], "wire": wire_rtts[:count],
+                      "wire_reply_dwell": reply_dwell[:count], "dwells": followed}))
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -181,12 +201,15 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--busy-poll", type=int, default=0, metavar="US",
                     help="also run prober and responder with SO_BUSY_POLL of US microseconds")
-    ap.add_argument("--serve", nargs=3, metavar=("IP", "PORT", "BUSY"), help=argparse.SUPPRESS)
+    ap.add_argument("--gil-load", action="store_true",
+                    help="a pure-Python thread spinning in the responder's process")
+    ap.add_argument("--serve", nargs=4, metavar=("IP", "PORT", "BUSY", "GIL"),
+                    help=argparse.SUPPRESS)
     ap.add_argument("--probe", nargs=7, metavar=("SRC", "DST", "PORT", "N", "KTX", "IF", "BUSY"),
                     help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
-        serve(a.serve[0], int(a.serve[1]), int(a.serve[2]))
+        serve(a.serve[0], int(a.serve[1]), int(a.serve[2]), a.serve[3] == "1")
         return
     if a.probe:
         probe(a.probe[0], a.probe[1], int(a.probe[2]), int(a.probe[3]), a.probe[4] == "1",
@@ -212,7 +235,8 @@ def main() -> None:
 
             def responder(port: int, busy_us: int) -> subprocess.Popen[str]:
                 srv = subprocess.Popen(["ip", "netns", "exec", ns_b, sys.executable, __file__,
-                                        "--serve", ADDR_B, str(port), str(busy_us)],
+                                        "--serve", ADDR_B, str(port), str(busy_us),
+                                        "1" if a.gil_load else "0"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 servers.append(srv)
                 created.add_pid(srv.pid)
@@ -233,6 +257,8 @@ def main() -> None:
             ping: list[float] = []
             pinglike: list[float] = []
             wire_ref: list[float] = []
+            wire_reply: list[float] = []
+            followed = [0.0, 0.0]  # RTTs whose dwell came from a follow-up, from the reply
             mode = ""
             rounds: list[dict[str, Any]] = []
             for _ in range(a.rounds):
@@ -241,6 +267,8 @@ def main() -> None:
                 p = [float(x) * 1000 for x in PING_RTT.findall(out)]
                 got = prober(PORT, True, f"{tag}x", 0)
                 mode = got["timestamping"]
+                followed[0] += got["dwells"]["follow_up"]
+                followed[1] += got["dwells"]["reply"]
                 ours = got["rtts"]
                 like = prober(PORT, False, "", 0)["rtts"]
                 # Busy polling against the same prober without it, both
@@ -256,6 +284,7 @@ def main() -> None:
                 agent += ours
                 pinglike += like
                 wire_ref += got["wire"]
+                wire_reply += got["wire_reply_dwell"]
                 rounds.append({"ping_median_us": round(_pct(p, 50), 1),
                                "agent_median_us": round(_pct(ours, 50), 1),
                                "agent_user_send_median_us": round(_pct(like, 50), 1),
@@ -293,6 +322,11 @@ def main() -> None:
     # The packet-capture reference on the prober's own veth, same probes.
     res["wire_median_us"] = round(_pct(wire_ref, 50), 1)
     res["wire_p99_us"] = round(_pct(wire_ref, 99), 1)
+    # The same probes less the replies' own dwells: the responder's send
+    # path (Python, the system call, its socket layer) that follow-ups take out.
+    res["wire_reply_dwell_median_us"] = round(_pct(wire_reply, 50), 1)
+    res["wire_reply_dwell_p99_us"] = round(_pct(wire_reply, 99), 1)
+    res["dwell_from_follow_up_share"] = round(followed[0] / max(sum(followed), 1), 4)
     res["agent_vs_wire_median_gap_us"] = round(res["agent_median_us"] - res["wire_median_us"], 1)
     res["median_gap_us"] = round(res["agent_median_us"] - res["ping_median_us"], 1)
     res["p99_gap_us"] = round(res["agent_p99_us"] - res["ping_p99_us"], 1)

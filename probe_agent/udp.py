@@ -83,6 +83,14 @@ USER, KERNEL, HARDWARE = "user", "kernel", "hardware"
 # Replies a responder socket may hold waiting for their send stamps; past
 # it they are given up (their replies' own dwell stands).
 MAX_UNSTAMPED = 4096
+# How long a prober holds a reply read without its follow-up. A busy
+# interpreter at the responder holds the follow-up for one of CPython's
+# switch intervals (5 ms) at each of its socket calls between probe and
+# follow-up: with a pure-Python thread spinning beside the responder, 8-13 %
+# of follow-ups came more than 20 ms after their reply (bench/fidelity.py
+# --gil-load). Records of an old responder's replies come this much later;
+# their RTTs do not change.
+FOLLOW_UP_WAIT_S = 0.100
 
 
 def _open(ip: str, port: int, tx: bool = True, busy_poll_us: int = 0, dscp: int = 0
@@ -408,6 +416,11 @@ class Prober:
         # seq -> [target key, size, t_send_ns (user, as in the packet),
         #         kernel send stamp, hardware send stamp (0 until read back), flow]
         self._inflight: dict[int, list[Any]] = {}
+        # Replies read and not yet settled: seq -> (in-flight entry, the
+        # reply's dwell, kernel, hardware and user receive times); follow-ups
+        # read: seq -> (t_send_ns, dwell, user time read).
+        self._unsettled: dict[int, tuple[list[Any], int, int, int, int]] = {}
+        self._follow_ups: dict[int, tuple[int, int, int]] = {}
         self.timestamping = USER  # the clock of the last RTT: hardware, kernel or user
         # The hot path builds no per-probe objects: one packet buffer per
         # size rewritten in place, metric children looked up once.
@@ -520,11 +533,11 @@ class Prober:
             if entry is not None and entry[2] == head[2]:
                 entry[3], entry[4] = software, hardware
 
-    def _receive(self, sock: socket.socket, out: list[Reply], src: str) -> None:
-        """Read the replies waiting on one of `src`'s flow sockets into `out`;
-        a reply whose follow-up came with it takes the follow-up's dwell."""
+    def _receive(self, sock: socket.socket, src: str) -> None:
+        """Read the answers waiting on one of `src`'s flow sockets: replies
+        (their probes leave the in-flight set) and follow-ups, to be
+        settled by `_settle`."""
         replies = []
-        fixed: dict[int, tuple[int, int]] = {}  # seq -> (t_send_ns, dwell from kernel stamps)
         token, trace_token = self.token, self.trace_token
         traced = self.on_trace_reply  # once: the tracer may unset it meanwhile
         got_bytes = 0
@@ -538,7 +551,7 @@ class Prober:
                 if kind == wire.KIND_REPLY:
                     replies.append((seq, t_send_ns, dwell_ns, got[2], got[3], got[4]))
                 else:
-                    fixed[seq] = (t_send_ns, dwell_ns)
+                    self._follow_ups[seq] = (t_send_ns, dwell_ns, got[4])
             elif answer_token == trace_token and kind == wire.KIND_REPLY and traced is not None:
                 try:
                     traced(seq)
@@ -547,16 +560,31 @@ class Prober:
         self.own_bytes[src][1] += got_bytes
         if self.kernel_stamps and self.kernel_tx:
             self._sent_stamps(sock)  # a send's stamp is queued before its reply can come
-        clocks = dict.fromkeys((USER, KERNEL, HARDWARE), 0)
-        followed = 0
         for seq, t_send_ns, dwell_ns, rx_kernel, rx_hardware, rx_user in replies:
             entry = self._inflight.pop(seq, None)
-            if entry is None or entry[2] != t_send_ns:
-                continue
-            better = fixed.get(seq)
-            if better is not None and better[0] == t_send_ns:
+            if entry is not None and entry[2] == t_send_ns:
+                self._unsettled[seq] = (entry, dwell_ns, rx_kernel, rx_hardware, rx_user)
+
+    def _settle(self, now_ns: int, final: bool = False) -> list[Reply]:
+        """The RTTs of the replies read: with their follow-up's dwell where it
+        came; a reply without one waits FOLLOW_UP_WAIT_S after it was read
+        (the responder sends it right after the reply, but a busy
+        interpreter there can hold it for its switch interval, 5 ms), then
+        keeps its own dwell. `final`: nothing waits (the prober stops)."""
+        out: list[Reply] = []
+        clocks = dict.fromkeys((USER, KERNEL, HARDWARE), 0)
+        followed = 0
+        follow_ups = self._follow_ups
+        waited = now_ns - int(FOLLOW_UP_WAIT_S * 1e9)  # read before this: waited enough
+        for seq, (entry, dwell_ns, rx_kernel, rx_hardware, rx_user) in list(
+                self._unsettled.items()):
+            better = follow_ups.pop(seq, None)
+            if better is not None and better[0] == entry[2]:
                 dwell_ns = better[1]
                 followed += 1
+            elif rx_user > waited and not final:
+                continue
+            del self._unsettled[seq]
             (src, dst), size, tx_user, tx_kernel, tx_hardware, flow = entry
             # One clock at both ends, the most exact both have. Ping's
             # definition (kernel_tx False): user send, kernel receive.
@@ -573,13 +601,17 @@ class Prober:
             clocks[clock] += 1
             out.append((src, dst, size, tx_user / 1e9, rtt_us, flow, clock))
             self._m_rtt[src].observe(rtt_us)
+        # A follow-up whose reply was lost, or came after it was settled.
+        for seq in [q for q, f in follow_ups.items() if f[2] <= waited or final]:
+            del follow_ups[seq]
         for clock, n in clocks.items():
             if n:
                 self._m_clock[clock].inc(n)
         if followed:
             self._m_followed.inc(followed)
-        if sum(clocks.values()) > followed:
-            self._m_unfollowed.inc(sum(clocks.values()) - followed)
+        if len(out) > followed:
+            self._m_unfollowed.inc(len(out) - followed)
+        return out
 
     def _expire(self, now_ns: int) -> None:
         limit = now_ns - int(self.timeout_s * 1e9)
@@ -596,9 +628,9 @@ class Prober:
         last_expire = 0.0
         while not stop.is_set():
             now = time.monotonic()
-            replies: list[Reply] = []
             for key, _ in self._sel.select(timeout=0):
-                self._receive(key.fileobj, replies, key.data)  # type: ignore[arg-type]
+                self._receive(key.fileobj, key.data)  # type: ignore[arg-type]
+            replies = self._settle(time.time_ns())
             if replies:
                 self.on_reply(replies)
             next_due = self._send_due(now)
@@ -606,6 +638,9 @@ class Prober:
                 self._expire(time.time_ns())
                 last_expire = now
             time.sleep(max(0.0, min(next_due - time.monotonic(), IDLE_WAIT_S)))
+        replies = self._settle(time.time_ns(), final=True)
+        if replies:
+            self.on_reply(replies)
 
     def close(self) -> None:
         self._sel.close()

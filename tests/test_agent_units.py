@@ -317,10 +317,13 @@ def test_a_kernel_refusing_a_sends_own_stamp_still_gets_every_reply(monkeypatch)
 
 def test_prober_subtracts_the_follow_ups_dwell_when_it_came_with_the_reply():
     """A responder slow to send after its user-time stamp (30 ms here):
-    with the follow-up, the prober takes those 30 ms out of the RTT; a reply
-    without one keeps its own dwell (an upper bound)."""
+    with the follow-up, the prober takes those 30 ms out of the RTT, also
+    when the follow-up comes a wake-up after its reply (a busy interpreter
+    at the responder); a reply whose follow-up never comes is settled
+    FOLLOW_UP_WAIT_S after it was read, with its own dwell (an upper
+    bound)."""
     from probe_agent import metrics
-    from probe_agent.udp import Prober, ProbeTarget
+    from probe_agent.udp import FOLLOW_UP_WAIT_S, Prober, ProbeTarget
 
     target = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     target.bind(("127.0.0.1", 0))
@@ -330,23 +333,35 @@ def test_prober_subtracts_the_follow_ups_dwell_when_it_came_with_the_reply():
     here.setblocking(False)  # as the prober's own sockets: read until drained
     try:
         p.set_targets([ProbeTarget("a", "b", "127.0.0.1", target.getsockname()[1])])
-        p._send_due(time.monotonic() + 1.0)  # due now and again at the horizon: two probes
-        probes = [target.recv(4096) for _ in range(2)]
+        for ahead in (1.0, 2.0):  # due now and again at the horizon: two probes a call
+            p._send_due(time.monotonic() + ahead)
+        probes = [target.recv(4096) for _ in range(len(p._inflight))][:3]
         time.sleep(0.03)  # the responder's slow send path
         slow = 30_000_000
+        dwells = {s: metrics.PROBE_DWELLS.labels(source=s)._value.get() for s in ("follow_up", "reply")}
+
+        def wake_up(later_s: float = 0.0) -> dict[float, float]:
+            p._receive(here, "a")
+            settled = p._settle(time.time_ns() + int(later_s * 1e9))
+            return {rec[3]: rec[4] for rec in settled}  # RTT by send time
+
         there.send(wire.reply_to(probes[0], 0))
         there.send(wire.follow_up(wire.probe_key(probes[0]), slow))
-        there.send(wire.reply_to(probes[1], 0))  # its follow-up never comes
-        out: list[Reply] = []
-        dwells = {s: metrics.PROBE_DWELLS.labels(source=s)._value.get() for s in ("follow_up", "reply")}
-        p._receive(here, out, "a")
+        there.send(wire.reply_to(probes[1], 0))  # its follow-up comes late
+        there.send(wire.reply_to(probes[2], 0))  # its follow-up never comes
+        first = wake_up()
+        there.send(wire.follow_up(wire.probe_key(probes[1]), slow))
+        second = wake_up()
+        second |= wake_up(later_s=FOLLOW_UP_WAIT_S)
+        sent = [wire.probe_key(x)[2] / 1e9 for x in probes]
+        assert set(first) == {sent[0]} and set(second) == {sent[1], sent[2]}
+        assert not p._unsettled and not p._follow_ups
         assert {s: metrics.PROBE_DWELLS.labels(source=s)._value.get() - dwells[s]
-                for s in dwells} == {"follow_up": 1, "reply": 1}
-        rtt = {rec[3]: rec[4] for rec in out}  # by send time
-        first, second = (wire.probe_key(x)[2] / 1e9 for x in probes)
-        assert set(rtt) == {first, second}
-        assert rtt[second] >= slow / 1e3
-        assert abs(rtt[first] - (rtt[second] - slow / 1e3)) < 1000
+                for s in dwells} == {"follow_up": 2, "reply": 1}
+        unfollowed = second[sent[2]]
+        assert unfollowed >= slow / 1e3
+        assert abs(first[sent[0]] - (unfollowed - slow / 1e3)) < 1000
+        assert abs(second[sent[1]] - (unfollowed - slow / 1e3)) < 1000
     finally:
         p.close()
         here.close()
