@@ -222,6 +222,11 @@ class SourceLimit:
         return ok
 
 
+# A responder socket's replies sent whose send stamp is not read yet: probe
+# key -> (kernel receive stamp, hardware receive stamp, prober's address).
+_Unstamped = dict[wire.Key, tuple[int, int, tuple[str, int]]]
+
+
 class Responder:
     """Echoes well-formed probes on every endpoint address, each source
     within its rate; then sends each reply's follow-up with its dwell from
@@ -248,13 +253,10 @@ class Responder:
         for s in self.sockets:
             self._sel.register(s, selectors.EVENT_READ)
         self.garbage = 0
-        # Replies sent whose send stamp is not read yet: probe key ->
-        # (kernel receive stamp, hardware receive stamp, prober's address).
-        # A software stamp is queued before the send returns; a hardware
+        # Replies whose send stamp is not read yet, per socket. A software
+        # stamp is queued before the send returns; a hardware
         # one may come later, and its arrival wakes the selector.
-        self._unstamped: dict[socket.socket, dict[tuple[int, int, int],
-                                                  tuple[int, int, tuple[str, int]]]] = {
-            s: {} for s in self.sockets}
+        self._unstamped: dict[socket.socket, _Unstamped] = {s: {} for s in self.sockets}
 
     def serve(self, stop: threading.Event) -> None:
         local = {s: s.getsockname()[0] for s in self.sockets}
@@ -313,8 +315,7 @@ class Responder:
             log.debug("reply to %s failed: %s", addr, e)
             return False
 
-    def _follow_up(self, sock: socket.socket, unstamped: dict[tuple[int, int, int], tuple[
-            int, int, tuple[str, int]]], own: list[int]) -> None:
+    def _follow_up(self, sock: socket.socket, unstamped: _Unstamped, own: list[int]) -> None:
         """Send the follow-up of every reply whose send stamp came back. As
         many stamps are read as replies wait for one (no read that finds
         the queue empty); at least one, so a stray stamp is read too."""

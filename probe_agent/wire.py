@@ -30,6 +30,9 @@ _KIND, _DWELL = struct.Struct("!B"), struct.Struct("!I")
 _KEY = struct.Struct("!QQQ")  # seq, token, t_send_ns: what names a probe, from byte 8
 _KEY_AT = 8
 MIN_SIZE = 64
+# (seq, token, t_send_ns): what names one probe; its reply and follow-up
+# carry it unchanged.
+Key = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ def header(data: bytes) -> Probe | None:
     return Probe(kind=kind, size=size, seq=seq, token=token, t_send_ns=t_send, dwell_ns=dwell)
 
 
-def sent_fields(data: bytes, want: int = KIND_PROBE) -> tuple[int, int, int] | None:
+def sent_fields(data: bytes, want: int = KIND_PROBE) -> Key | None:
     """(seq, token, t_send_ns) of our packet of kind `want` inside a packet
     the kernel handed back from the error queue (behind the lower headers,
     maybe cut after ours); None if none is there."""
@@ -80,14 +83,14 @@ def sent_fields(data: bytes, want: int = KIND_PROBE) -> tuple[int, int, int] | N
     return seq, token, t_send
 
 
-def probe_key(probe: bytes) -> tuple[int, int, int]:
+def probe_key(probe: bytes) -> Key:
     """(seq, token, t_send_ns) of a probe `is_probe` accepted: what its
     reply and follow-up carry unchanged."""
     seq, token, t_send = _KEY.unpack_from(probe, _KEY_AT)
     return seq, token, t_send
 
 
-def follow_up(key: tuple[int, int, int], dwell_ns: int) -> bytes:
+def follow_up(key: Key, dwell_ns: int) -> bytes:
     """The follow-up of the reply to probe `key`: header only."""
     return _HEADER.pack(MAGIC, VERSION, KIND_FOLLOW_UP, HEADER_SIZE, *key,
                         max(0, min(dwell_ns, 0xFFFFFFFF)))
