@@ -31,6 +31,7 @@ from analyzer.detect import (
 )
 from analyzer.history import PairHistory
 from analyzer.localize import CERTAIN, Finding, Pair, localize, worst_symptom
+from analyzer.onset import onset
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.routesums import RouteSums
@@ -53,6 +54,9 @@ MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" cred
 DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is what matters)
 # Findings less certain than this wait a window longer before they open an incident.
 WEAK_CONFIDENCE = 0.5
+# Windows of per-pair sums kept for reading when an incident began
+# (analyzer/onset.py: two healthy ones, the one before, the first, three after).
+ONSET_WINDOWS = 7
 # A host is named only where links of several of its NICs failed together:
 # more specific than any one of those links.
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
@@ -96,6 +100,14 @@ class _Seen:
     end: float
     pairs: np.ndarray
     anomalous: set[int]
+
+
+def _at(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """values[:, ids], 0 past the end (pairs first seen after those values)."""
+    out = np.zeros((len(values), len(ids)), dtype=np.float64)
+    inside = ids < values.shape[1]
+    out[:, inside] = values[:, ids[inside]]
+    return out
 
 
 def _fastest_other(ptr: np.ndarray, median: np.ndarray, row: np.ndarray) -> np.ndarray:
@@ -143,6 +155,10 @@ class Analyzer:
         # This window's probes sent and lost per pair id (refining an incident reads them).
         self._win_sent: np.ndarray = np.zeros(0)
         self._win_lost: np.ndarray = np.zeros(0)
+        # The last windows' probes lost and received, and the received RTTs'
+        # sum, per pair id: when an incident began (analyzer/onset.py).
+        self._sums: deque[tuple[float, np.ndarray]] = deque(maxlen=ONSET_WINDOWS)  # (3, pairs)
+        self._onset_due: dict[str, float] = {}  # young incident -> its first window's start
         self.incidents: dict[str, Incident] = {}
         # Keyed by component: a loss that turns into unreachability is one incident.
         self._open: dict[tuple[str, str], str] = {}
@@ -700,6 +716,7 @@ class Analyzer:
         stats, sent, lost, slow = b.stats, b.sent, b.lost, b.slow
         groups = self._loss_groups(rows)
         pid = self._row_pair[rows]
+        self._note_sums(start, pid, stats, sent, lost)
         gone = self.dead | self._silent | self._on_lossy_hosts()
         explained = None
         if gone:
@@ -765,13 +782,49 @@ class Analyzer:
                       np.bincount(pid, weights=lost, minlength=npairs))
             self._win_sent = np.bincount(pid, weights=sent, minlength=npairs)
             self._win_lost = counts[1]
+            before = len(self.incidents)
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
                                               strong, counts, tail_only)
+            for inc_id in list(self.incidents)[before:]:
+                self._onset_due[inc_id] = self.incidents[inc_id].start
         else:  # a quiet window ends every streak: persistence means windows in a row
             self._streak.clear()
+        changed += [i for i in self._read_onsets(start) if i not in changed]
         if drift is not None:
             changed += self._drift_incidents(drift)
+        return changed
+
+    def _note_sums(self, start: float, pid: np.ndarray, stats: np.ndarray, sent: np.ndarray,
+                   lost: np.ndarray) -> None:
+        npairs = len(self._pairs)
+        received = np.maximum(sent - lost, 0)
+        mean = stats[:, STAT_FIELDS.index("rtt_mean")]
+        rtt_sum = np.where(received > 0, np.nan_to_num(mean) * received, 0.0)
+        self._sums.append((start, np.stack([np.bincount(pid, weights=x, minlength=npairs)
+                                            for x in (lost, received, rtt_sum)]
+                                           ).astype(np.float32)))
+
+    def _read_onsets(self, now_start: float) -> list[Incident]:
+        """Young short-term incidents start where their fault began, read
+        from the windows around their first (analyzer/onset.py), once windows
+        after it have come; revised until three have, then left alone."""
+        changed = []
+        w = self._window_len
+        for inc_id, first in list(self._onset_due.items()):
+            inc = self.incidents[inc_id]
+            if now_start >= first + 3 * w or inc.end is not None:
+                del self._onset_due[inc_id]
+            ids = np.array([self._pair_id[p] for p in inc.pairs if p in self._pair_id],
+                           dtype=np.int64)
+            if not len(ids) or not self._sums or self._sums[0][0] > first - 2 * w:
+                continue  # no healthy window before it is held
+            starts = np.array([x[0] for x in self._sums])
+            lost, received, rtt_sum = np.stack([_at(x, ids) for _, x in self._sums], axis=1)
+            began = onset(starts, lost, received, rtt_sum, first, w, inc.symptom)
+            if began is not None and began != inc.start:
+                inc.start = round(began, 3)
+                changed.append(inc)
         return changed
 
     def _index_rows(self) -> None:

@@ -128,6 +128,25 @@ def test_persistence_requirement_delays_the_incident():
     assert opened and opened[0].start == T0, "the incident starts where the anomaly did"
 
 
+def test_an_incident_starts_where_its_fault_began_in_its_first_window(engine):
+    """Detected in the window the loss began in, the incident starts where it
+    began: 20 s into that window (50 of 150 probes a whole window loses),
+    read once later windows show the whole rate; the window's own start
+    until then."""
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    first = T0 + h * W
+    opened = feed(engine, h, bad=of_endpoint(0), lost=50)
+    assert [i.start for i in opened] == [first]
+    feed(engine, h + 1, bad=of_endpoint(0))
+    inc = engine.list_incidents()[0]
+    assert first < inc.start == pytest.approx(first + 20, abs=0.01)
+    for k in range(h + 2, h + 5):
+        feed(engine, k, bad=of_endpoint(0))
+    assert engine.list_incidents()[0].start == pytest.approx(first + 20, abs=0.01)
+
+
 def test_dead_agent_is_blamed_not_the_network(engine):
     victim = 2
     eps = tuple(LAY.endpoint(victim, r) for r in range(2))

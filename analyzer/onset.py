@@ -1,0 +1,60 @@
+"""When did a fault begin, from window statistics alone?
+
+An incident is detected in windows (30 s by default), and its first
+anomalous window starts wherever the clock put it: up to a window before
+the fault. Who reads an incident wants the fault's start, and the
+agents report windows, not probes, so the start is read from the windows
+themselves: a window the fault began in holds a mixture of healthy and
+faulty probes, and both the probes lost and the RTTs' excess over the
+healthy level add up linearly over time. The share of the first window the
+fault filled is its lost probes (or excess RTT) over a whole faulty
+window's, beyond the healthy level; when it filled all of it, the window
+before may hold its first seconds.
+
+Lost probes are counted, not taken as a share of those sent: an agent that
+dies stops sending its own probes while probes to it are lost, so the
+share moves with the sending rate, and the count with the fault alone."""
+
+from __future__ import annotations
+
+import numpy as np
+
+FILLED = 0.9  # a first window the fault filled this much: look at the one before
+LOSS_STEP = 3.0  # a whole faulty window loses this many probes more than a healthy one, at least
+
+
+def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: np.ndarray,
+          first: float, window_s: float, symptom: str) -> float | None:
+    """The estimated start of a fault first flagged in the window starting at
+    `first`, or None when the windows cannot tell (no healthy window before
+    it, no whole faulty window after it, or no clear step between the two).
+    Per window (`starts`, in any order) and incident pair (columns): probes
+    lost, probes received and their RTTs' sum (us). The healthy level is
+    read from the two windows before the one before `first`, each pair's
+    RTT against its own; the faulty one from up to three after it (their
+    median: a fault may end, a congestion pass)."""
+    k = np.rint(np.asarray(starts, dtype=np.float64) / window_s).astype(np.int64)
+    at = {int(x): i for i, x in enumerate(k.tolist())}
+    k0 = round(first / window_s)
+    healthy = [at[j] for j in (k0 - 3, k0 - 2) if j in at]
+    faulty = [at[j] for j in (k0 + 1, k0 + 2, k0 + 3) if j in at]
+    if k0 not in at or not healthy or not faulty:
+        return None
+    if symptom == "latency":
+        got = received[healthy].sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            level = np.where(got > 0, rtt_sum[healthy].sum(axis=0) / got, np.nan)
+        # A pair with no healthy RTT of its own adds nothing either way.
+        amount = np.nansum(rtt_sum - received * level, axis=1)
+        base, least = 0.0, 0.0
+    else:
+        amount = lost.sum(axis=1).astype(np.float64)
+        base, least = float(amount[healthy].mean()), LOSS_STEP
+    step = float(np.median(amount[faulty])) - base
+    if not step > least:
+        return None
+    share = float(np.clip((amount[at[k0]] - base) / step, 0.0, 1.0))
+    start = first + window_s * (1.0 - share)
+    if share >= FILLED and k0 - 1 in at:
+        start -= window_s * float(np.clip((amount[at[k0 - 1]] - base) / step, 0.0, 1.0))
+    return start

@@ -1,0 +1,92 @@
+"""When a fault began, read from window sums (analyzer/onset.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyzer.onset import onset
+
+W = 30.0
+T0 = 1_700_000_010.0 // W * W
+
+
+def sums(lost, received=None, rtt=None):
+    """Window k starts at T0 + k W; one column per pair."""
+    lost = np.asarray(lost, dtype=np.float64).reshape(len(lost), -1)
+    received = np.full(lost.shape, 100.0) if received is None else np.asarray(received, float)
+    rtt = received * 20.0 if rtt is None else np.asarray(rtt, dtype=np.float64)
+    return T0 + W * np.arange(len(lost)), lost, received, rtt
+
+
+def test_a_loss_that_began_late_in_its_first_window_starts_there():
+    """60 probes lost in a whole faulty window, 20 in the first: the fault
+    filled its last third."""
+    starts, lost, rec, rtt = sums([[0, 0], [0, 0], [0, 0], [10, 10], [30, 30], [30, 30], [30, 30]])
+    assert onset(starts, lost, rec, rtt, T0 + 3 * W, W, "loss") == pytest.approx(T0 + 3 * W + 20)
+
+
+def test_a_healthy_rate_of_losses_is_not_the_fault():
+    starts, lost, rec, rtt = sums([[2], [2], [2], [12], [22], [22], [22]])
+    assert onset(starts, lost, rec, rtt, T0 + 3 * W, W, "loss") == pytest.approx(T0 + 3 * W + 15)
+
+
+def test_a_fault_filling_its_first_window_began_in_the_one_before():
+    """The window before was not flagged, yet the fault held its last 6 s."""
+    starts, lost, rec, rtt = sums([[0], [0], [10], [50], [50], [50], [50]])
+    assert onset(starts, lost, rec, rtt, T0 + 3 * W, W, "loss") == pytest.approx(T0 + 3 * W - 6)
+
+
+def test_a_dead_agent_is_counted_by_its_lost_probes_not_their_share():
+    """Probes to the endpoint are lost from its death on, its own probes stop:
+    the share lost moves with the sending rate, the count with the fault.
+    It died 10 s into the window: 2 x 100 a window sent before, 100 after."""
+    received = [[200], [200], [200], [200 * 10 / 30], [0], [0], [0]]
+    lost = [[0], [0], [0], [100 * 20 / 30], [100], [100], [100]]
+    starts, lost_a, rec, rtt = sums(lost, received)
+    assert onset(starts, lost_a, rec, rtt, T0 + 3 * W, W, "unreachable") == \
+        pytest.approx(T0 + 3 * W + 10)
+    share = lost_a[:, 0] / (lost_a[:, 0] + rec[:, 0])
+    assert share[3] / share[4] != pytest.approx(2 / 3)  # the share would say otherwise
+
+
+def test_a_latency_step_is_read_against_each_pairs_own_level():
+    """Pairs of 10 and 40 us, +30 us from 12 s into the first window; the
+    slower pair went unprobed in one healthy window, which must not read
+    as the other's level."""
+    received = np.full((7, 2), 100.0)
+    received[1, 1] = 0
+    level = np.array([10.0, 40.0])
+    rtt = received * level
+    rtt[3] += received[3] * 30 * (18 / 30)
+    rtt[4:] += received[4:] * 30
+    starts = T0 + W * np.arange(7)
+    lost = np.zeros((7, 2))
+    assert onset(starts, lost, received, rtt, T0 + 3 * W, W, "latency") == \
+        pytest.approx(T0 + 3 * W + 12)
+
+
+def test_windows_in_any_order_and_gaps():
+    starts, lost, rec, rtt = sums([[0], [0], [0], [10], [30], [30], [30]])
+    order = np.array([5, 0, 3, 6, 1, 4])  # window 2 (the one before) is missing
+    assert onset(starts[order], lost[order], rec[order], rtt[order], T0 + 3 * W, W, "loss") == \
+        pytest.approx(T0 + 3 * W + 20)
+
+
+@pytest.mark.parametrize("keep,why", [
+    ([2, 3, 4, 5, 6], "no healthy window before the one before"),
+    ([0, 1, 2, 3], "no whole faulty window after the first"),
+    ([0, 1, 2, 4, 5, 6], "the first window itself is missing"),
+])
+def test_windows_that_cannot_tell_leave_the_start_alone(keep, why):
+    starts, lost, rec, rtt = sums([[0], [0], [0], [10], [30], [30], [30]])
+    k = np.array(keep)
+    assert onset(starts[k], lost[k], rec[k], rtt[k], T0 + 3 * W, W, "loss") is None, why
+
+
+def test_no_clear_step_leaves_the_start_alone():
+    """Two probes more a window than before is no step to measure against."""
+    starts, lost, rec, rtt = sums([[1], [1], [1], [2], [3], [3], [3]])
+    assert onset(starts, lost, rec, rtt, T0 + 3 * W, W, "loss") is None
+    starts, lost, rec, rtt = sums([[0], [0], [0], [0], [0], [0], [0]])
+    assert onset(starts, lost, rec, rtt, T0 + 3 * W, W, "latency") is None
