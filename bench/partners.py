@@ -28,6 +28,7 @@ smallest margin seen.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import warnings
@@ -170,7 +171,10 @@ def _row(d: Path, job: str, dt: float, s: int, name: str, m: list[float]
 
 
 def main() -> None:
-    rows = [row for arg in sys.argv[1:] for row in boundaries(Path(arg))]
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("recordings", nargs="+", type=Path,
+                    help="labelled recordings in the dev-set layout")
+    rows = [row for d in ap.parse_args().recordings for row in boundaries(d)]
     for row in rows:
         print(f"{row['recording']:28s} {row['boundary']:5s} {row['statistic']:10s} "
               f"min {row['min_margin']:7.2f} median {row['median_margin']:7.2f} "

@@ -149,6 +149,23 @@ def surround(table: pa.Table, truth: dict[str, Any], clean: Path, before: int, a
     return pa.concat_tables([*parts, table.select(cols)]), truth
 
 
+def shift(table: pa.Table, truth: dict[str, Any], seconds: float
+          ) -> tuple[pa.Table, dict[str, Any]]:
+    """Every time of a probe recording and its truth moved by `seconds`:
+    windows align to the epoch, so the faults begin elsewhere in them (the
+    held-out set's faults begin anywhere)."""
+    table = table.set_column(0, "ts", pc.add(table.column("ts"), seconds))
+
+    def moved(span: dict[str, Any]) -> dict[str, Any]:
+        return {**span, **{k: span[k] + seconds for k in ("start", "end")
+                           if span.get(k) is not None}}
+
+    truth = dict(truth, faults=[moved(f) for f in truth.get("faults", [])],
+                 benign=[moved(b) for b in truth.get("benign", [])],
+                 **{k: truth[k] + seconds for k in ("t0", "t_end") if k in truth})
+    return table, truth
+
+
 def join(topology: dict[str, Any], truth: dict[str, Any], table: pa.Table, other: Path,
          lag_s: float = 7.3) -> tuple[dict[str, Any], dict[str, Any], pa.Table]:
     """Another throughput recording's jobs added to this one, on hosts of
@@ -183,7 +200,7 @@ def join(topology: dict[str, Any], truth: dict[str, Any], table: pa.Table, other
 def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int,
          routes: float = 1.0, clean: Path | None = None, before: int = 0, after: int = 0,
          seconds: float | None = None, skip: float = 0.0, missing: float = 0.0,
-         other: Path | None = None) -> str:
+         other: Path | None = None, shift_s: float = 0.0) -> str:
     topology = json.loads((rec / "topology.json").read_text())
     truth = json.loads((rec / "truth.json").read_text())
     data = "throughput.parquet" if (rec / "throughput.parquet").exists() else "probes.parquet"
@@ -198,6 +215,8 @@ def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int
         table = drop_samples(table, missing, seed)
     if clean is not None and data == "probes.parquet" and (before or after):
         table, truth = surround(table, truth, clean, before, after)
+    if shift_s and data == "probes.parquet":
+        table, truth = shift(table, truth, shift_s)
     if routes < 1.0 and data == "probes.parquet":
         table = drop_routes(table, routes, seed)
     if opaque:
@@ -235,16 +254,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="share of throughput rows to drop at random")
     ap.add_argument("--join", type=Path, default=None,
                     help="a throughput recording whose jobs are added to each (own hosts)")
+    ap.add_argument("--shift", type=float, default=0.0,
+                    help="move every time of a probe recording by this many seconds")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     recs = ([args.src] if (args.src / "truth.json").exists()
             else sorted(p for p in args.src.iterdir() if (p / "truth.json").exists()))
     made = [make(r, args.out, args.interval, args.opaque, args.seed, args.routes, args.clean,
-                 args.before, args.after, args.seconds, args.skip, args.missing, args.join)
+                 args.before, args.after, args.seconds, args.skip, args.missing, args.join,
+                 args.shift)
             for r in recs]
     print(json.dumps({"made": made, "interval_s": args.interval, "opaque": args.opaque,
                       "routes": args.routes, "seconds": args.seconds, "skip": args.skip,
-                      "missing": args.missing,
+                      "missing": args.missing, "shift_s": args.shift,
                       "join": str(args.join) if args.join else None}))
     return 0
 
