@@ -716,7 +716,7 @@ class Analyzer:
         stats, sent, lost, slow = b.stats, b.sent, b.lost, b.slow
         groups = self._loss_groups(rows)
         pid = self._row_pair[rows]
-        self._note_sums(start, pid, stats, sent, lost)
+        pair_sent, pair_lost = self._note_sums(start, pid, stats, sent, lost)
         gone = self.dead | self._silent | self._on_lossy_hosts()
         explained = None
         if gone:
@@ -779,9 +779,8 @@ class Analyzer:
             # must really be clean, not merely short of significance.
             npairs = len(self._pairs)
             counts = (np.bincount(pid, weights=sent * obs.loss_baseline, minlength=npairs),
-                      np.bincount(pid, weights=lost, minlength=npairs))
-            self._win_sent = np.bincount(pid, weights=sent, minlength=npairs)
-            self._win_lost = counts[1]
+                      pair_lost)
+            self._win_sent, self._win_lost = pair_sent, pair_lost
             before = len(self.incidents)
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
@@ -796,14 +795,21 @@ class Analyzer:
         return changed
 
     def _note_sums(self, start: float, pid: np.ndarray, stats: np.ndarray, sent: np.ndarray,
-                   lost: np.ndarray) -> None:
+                   lost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This window's probes sent and lost per pair id, kept with the
+        received RTTs' sum for reading when incidents began."""
         npairs = len(self._pairs)
-        received = np.maximum(sent - lost, 0)
-        mean = stats[:, STAT_FIELDS.index("rtt_mean")]
-        rtt_sum = np.where(received > 0, np.nan_to_num(mean) * received, 0.0)
-        self._sums.append((start, np.stack([np.bincount(pid, weights=x, minlength=npairs)
-                                            for x in (lost, received, rtt_sum)]
-                                           ).astype(np.float32)))
+        pair_sent = np.bincount(pid, weights=sent, minlength=npairs)
+        pair_lost = np.bincount(pid, weights=lost, minlength=npairs)
+        # A row with nothing received has a NaN mean: 0 x NaN reads as 0.
+        rtt_sum = np.nan_to_num(stats[:, STAT_FIELDS.index("rtt_mean")] * (sent - lost),
+                                copy=False)
+        sums = np.empty((3, npairs), dtype=np.float32)
+        sums[0] = pair_lost
+        np.subtract(pair_sent, pair_lost, out=sums[1])
+        sums[2] = np.bincount(pid, weights=rtt_sum, minlength=npairs)
+        self._sums.append((start, sums))
+        return pair_sent, pair_lost
 
     def _read_onsets(self, now_start: float) -> list[Incident]:
         """Young short-term incidents start where their fault began, read
@@ -812,9 +818,11 @@ class Analyzer:
         changed = []
         w = self._window_len
         for inc_id, first in list(self._onset_due.items()):
-            inc = self.incidents[inc_id]
-            if now_start >= first + 3 * w or inc.end is not None:
-                del self._onset_due[inc_id]
+            inc = self.incidents.get(inc_id)
+            if inc is None or now_start >= first + 3 * w or inc.end is not None:
+                del self._onset_due[inc_id]  # read a last time, if still held
+            if inc is None:
+                continue
             ids = np.array([self._pair_id[p] for p in inc.pairs if p in self._pair_id],
                            dtype=np.int64)
             if not len(ids) or not self._sums or self._sums[0][0] > first - 2 * w:
