@@ -31,7 +31,7 @@ from analyzer.detect import (
 )
 from analyzer.history import PairHistory
 from analyzer.localize import CERTAIN, Finding, Pair, localize, worst_symptom
-from analyzer.onset import onset
+from analyzer.onset import ending, onset
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.routesums import RouteSums
@@ -811,6 +811,16 @@ class Analyzer:
         self._sums.append((start, sums))
         return pair_sent, pair_lost
 
+    def _window_sums(self, inc: Incident) -> tuple[np.ndarray, np.ndarray] | None:
+        """(window starts, (3, windows, pairs) lost / received / RTT sums) of
+        the incident's pairs over the windows held."""
+        ids = np.array([self._pair_id[p] for p in inc.pairs if p in self._pair_id],
+                       dtype=np.int64)
+        if not len(ids) or not self._sums:
+            return None
+        starts = np.array([x[0] for x in self._sums])
+        return starts, np.stack([_at(x, ids) for _, x in self._sums], axis=1)
+
     def _read_onsets(self, now_start: float) -> list[Incident]:
         """Young short-term incidents start where their fault began, read
         from the windows around their first (analyzer/onset.py), once windows
@@ -821,19 +831,27 @@ class Analyzer:
             inc = self.incidents.get(inc_id)
             if inc is None or now_start >= first + 3 * w or inc.end is not None:
                 del self._onset_due[inc_id]  # read a last time, if still held
-            if inc is None:
-                continue
-            ids = np.array([self._pair_id[p] for p in inc.pairs if p in self._pair_id],
-                           dtype=np.int64)
-            if not len(ids) or not self._sums or self._sums[0][0] > first - 2 * w:
+            held = None if inc is None else self._window_sums(inc)
+            if inc is None or held is None or held[0].min() > first - 2 * w:
                 continue  # no healthy window before it is held
-            starts = np.array([x[0] for x in self._sums])
-            lost, received, rtt_sum = np.stack([_at(x, ids) for _, x in self._sums], axis=1)
-            began = onset(starts, lost, received, rtt_sum, first, w, inc.symptom)
+            lost, received, rtt_sum = held[1]
+            began = onset(held[0], lost, received, rtt_sum, first, w, inc.symptom)
             if began is not None and began != inc.start:
                 inc.start = round(began, 3)
                 changed.append(inc)
         return changed
+
+    def _read_end(self, inc: Incident, last: float) -> float:
+        """Where a closing incident's fault ended, read from the windows
+        around its last anomalous one (`last`); the first clean window's
+        start when they cannot tell (analyzer/onset.py)."""
+        fallback = last + self._window_len
+        held = self._window_sums(inc)
+        if held is None:
+            return fallback
+        lost, received, rtt_sum = held[1]
+        end = ending(held[0], lost, received, rtt_sum, last, self._window_len, inc.symptom)
+        return fallback if end is None else round(max(end, inc.start), 3)
 
     def _index_rows(self) -> None:
         """Pair id and loss-pooling groups of detector rows added since the
@@ -1097,6 +1115,8 @@ class Analyzer:
                 if n < self.cfg.close_windows:
                     continue
                 inc.end = first_clean[1]
+                if open_map is self._open:
+                    inc.end = self._read_end(inc, first_clean[1] - self._window_len)
                 del open_map[key]
                 self._clean.pop(inc_id, None)
                 self._votes.pop(inc_id, None)

@@ -9,7 +9,7 @@ faulty probes, and both the probes lost and the RTTs' excess over the
 healthy level add up linearly over time. The share of the first window the
 fault filled is its lost probes (or excess RTT) over a whole faulty
 window's, beyond the healthy level; when it filled all of it, the window
-before may hold its first seconds.
+before may hold its first seconds. Its end is read the same way, backwards.
 
 Lost probes are counted, not taken as a share of those sent: an agent that
 dies stops sending its own probes while probes to it are lost, so the
@@ -58,3 +58,13 @@ def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: n
     if share >= FILLED and k0 - 1 in at:
         start -= window_s * float(np.clip((amount[at[k0 - 1]] - base) / step, 0.0, 1.0))
     return start
+
+
+def ending(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: np.ndarray,
+           last: float, window_s: float, symptom: str) -> float | None:
+    """The estimated end of a fault last seen in the window starting at
+    `last`: the onset of its end, read the same way with time running
+    backwards (the windows after it are the healthy ones)."""
+    began = onset(-(np.asarray(starts, dtype=np.float64) + window_s), lost, received, rtt_sum,
+                  -(last + window_s), window_s, symptom)
+    return None if began is None else -began

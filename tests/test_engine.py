@@ -147,6 +147,22 @@ def test_an_incident_starts_where_its_fault_began_in_its_first_window(engine):
     assert engine.list_incidents()[0].start == pytest.approx(first + 20, abs=0.01)
 
 
+def test_an_incident_ends_where_its_fault_stopped_in_its_last_window(engine):
+    """A loss that stopped 10 s into a window (50 of the 150 a whole window
+    loses) ends there, not at the start of the first clean window."""
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    for k in range(h, h + 4):
+        feed(engine, k, bad=of_endpoint(0))
+    last = h + 4
+    feed(engine, last, bad=of_endpoint(0), lost=50)
+    closed = []
+    for k in range(last + 1, last + 1 + engine.cfg.close_windows):
+        closed += feed(engine, k)
+    assert [i.end for i in closed] == [pytest.approx(T0 + last * W + 10, abs=0.01)]
+
+
 def test_dead_agent_is_blamed_not_the_network(engine):
     victim = 2
     eps = tuple(LAY.endpoint(victim, r) for r in range(2))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyzer.onset import onset
+from analyzer.onset import ending, onset
 
 W = 30.0
 T0 = 1_700_000_010.0 // W * W
@@ -90,3 +90,14 @@ def test_no_clear_step_leaves_the_start_alone():
     assert onset(starts, lost, rec, rtt, T0 + 3 * W, W, "loss") is None
     starts, lost, rec, rtt = sums([[0], [0], [0], [0], [0], [0], [0]])
     assert onset(starts, lost, rec, rtt, T0 + 3 * W, W, "latency") is None
+
+
+def test_a_fault_ends_where_its_last_window_stops_losing():
+    """Read backwards: 30 lost in a whole faulty window, 12 in the last one,
+    none after: the fault held its first 12 s."""
+    starts, lost, rec, rtt = sums([[30], [30], [30], [12], [0], [0], [0]])
+    assert ending(starts, lost, rec, rtt, T0 + 3 * W, W, "loss") == pytest.approx(T0 + 3 * W + 12)
+    starts, lost, rec, rtt = sums([[30], [30], [30], [30], [6], [0], [0]])
+    assert ending(starts, lost, rec, rtt, T0 + 3 * W, W, "loss") == \
+        pytest.approx(T0 + 4 * W + 6), "a last window filled whole: it ended in the next one"
+    assert ending(starts[:4], lost[:4], rec[:4], rtt[:4], T0 + 3 * W, W, "loss") is None
