@@ -96,10 +96,11 @@ def faults(recs: list[Path], out: Path) -> dict[str, Any]:
               f"{took:.1f} s" + (f"  ERROR {err}" if err else ""))
         for f in s["faults"]:
             delay = f"{f['delay_s']:.0f} s" if f["delay_s"] is not None else "-"
+            end = f"{f['end_error_s']:.0f} s" if f["end_error_s"] is not None else "-"
             print(f"   {f['fault']:4} {f['kind'] or '':14} {f['component']:34} "
                   f"{'found' if f['detected'] else 'MISSED':6} got {f['got'] or '-':34} "
                   f"comp {'ok' if f['component_ok'] else 'NO':2} layer "
-                  f"{'ok' if f['layer_ok'] else 'NO':2} delay {delay}")
+                  f"{'ok' if f['layer_ok'] else 'NO':2} delay {delay} end {end}")
     return {"summary": summarize_faults(scored), "recordings": scored}
 
 

@@ -108,9 +108,15 @@ def score_incidents(truth: dict[str, Any], output: dict[str, Any]) -> dict[str, 
             row.update(component_ok=_component_ok(b, f), layer_ok=b.get("layer") == f["layer"],
                        got=f"{b['component']['type']}:{b['component']['id']}",
                        delay_s=abs(min(float(incidents[k]["start"]) for k in hits)
-                                   - float(f["start"])))
+                                   - float(f["start"])),
+                       # Not one of the dev set's rules: how far the best
+                       # incident's end is from the fault's, where both ended.
+                       end_error_s=(abs(float(b["end"]) - float(f["end"]))
+                                    if b.get("end") is not None and f.get("end") is not None
+                                    else None))
         else:
-            row.update(component_ok=False, layer_ok=False, got=None, delay_s=None)
+            row.update(component_ok=False, layer_ok=False, got=None, delay_s=None,
+                       end_error_s=None)
         rows.append(row)
     return {"faults": rows, "incidents": len(incidents), "true_incidents": len(credited),
             "false_incidents": len(incidents) - len(credited)}
@@ -123,12 +129,14 @@ def summarize_faults(recs: list[dict[str, Any]]) -> dict[str, Any]:
     true = sum(rec["true_incidents"] for rec in recs)
     n = len(rows)
     delays = [r["delay_s"] for r in rows if r["delay_s"] is not None]
+    ends = [r["end_error_s"] for r in rows if r.get("end_error_s") is not None]
     return {"faults": n, "incidents": n_inc, "false_incidents": n_inc - true,
             "precision": true / n_inc if n_inc else 1.0,
             "recall": sum(r["detected"] for r in rows) / n if n else 1.0,
             "component": sum(r["component_ok"] for r in rows) / n if n else 1.0,
             "layer": sum(r["layer_ok"] for r in rows) / n if n else 1.0,
-            "median_delay_s": statistics.median(delays) if delays else None}
+            "median_delay_s": statistics.median(delays) if delays else None,
+            "median_end_error_s": statistics.median(ends) if ends else None}
 
 
 def summarize_skeleton(rows: list[dict[str, Any]]) -> dict[str, Any]:
