@@ -18,7 +18,7 @@ baseline it is judged against."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import special
@@ -226,6 +226,12 @@ class DriftReport:
     pvalue: np.ndarray
     shift: np.ndarray
     period_start: float
+    # Each tested row's window medians over the period, by the windows'
+    # places in it (NaN where a window was missing or not healthy), and its
+    # reference's log-median: when a drift began (analyzer/onset.py).
+    values: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    ref_mu: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    window_s: float = 0.0
 
 
 class Detector:
@@ -249,8 +255,8 @@ class Detector:
         # Drift: medians of the current period, and the reference fit.
         self.slots = 0
         self.period = np.zeros(0, dtype=np.int64)
-        self.pvals = np.zeros((0, 0), dtype=np.float32)
-        self.pn = np.zeros(0, dtype=np.int64)
+        self.pvals = np.zeros((0, 0), dtype=np.float32)  # by the window's place in the period
+        self.window_s = 0.0
         self.ref_mu = np.zeros(0)
         self.ref_sigma = np.zeros(0)
         # Creep: per row, the median and p25 of each of its last blocks of
@@ -334,7 +340,7 @@ class Detector:
         self.hist, self.hvalid = pad(self.hist, np.nan), pad(self.hvalid, False)
         self.hsent, self.hlost, self.hpos = pad(self.hsent, 0), pad(self.hlost, 0), pad(self.hpos, 0)
         self.hrecv, self.hslow = pad(self.hrecv, 0), pad(self.hslow, 0)
-        self.period, self.pvals, self.pn = pad(self.period, -1), pad(self.pvals, np.nan), pad(self.pn, 0)
+        self.period, self.pvals = pad(self.period, -1), pad(self.pvals, np.nan)
         self.ref_mu, self.ref_sigma = pad(self.ref_mu, np.nan), pad(self.ref_sigma, np.nan)
         self.sref, self.spos = pad(self.sref, np.nan), pad(self.spos, 0)
         self.sref_med, self.sref_p25 = pad(self.sref_med, np.nan), pad(self.sref_p25, np.nan)
@@ -521,20 +527,20 @@ class Detector:
                end: float) -> DriftReport | None:
         cfg = self.cfg
         if self.slots == 0:  # the window length is known now; _grow pads this width from here on
-            self.slots = int(np.ceil(cfg.drift_period_s / max(end - start, 1e-3))) + 1
+            self.window_s = max(end - start, 1e-3)
+            self.slots = int(np.ceil(cfg.drift_period_s / self.window_s)) + 1
             self.pvals = np.full((self._cap, self.slots), np.nan, dtype=np.float32)
         period = int(np.floor(start / cfg.drift_period_s))
         done = rows[(self.period[rows] >= 0) & (self.period[rows] < period)]
         report = self._test_periods(done) if len(done) else None
         fresh = rows[self.period[rows] != period]
         self.period[fresh] = period
-        self.pn[fresh] = 0
         self.pvals[fresh] = np.nan
-        r = rows[ok]
-        slot = self.pn[r]
-        room = slot < self.slots
-        self.pvals[r[room], slot[room]] = medians[ok][room]
-        self.pn[r[room]] += 1
+        # Each window in its place in the period, so a drift's start can be
+        # read off where its medians rose.
+        place = int((start - period * cfg.drift_period_s) // self.window_s)
+        if 0 <= place < self.slots:
+            self.pvals[rows[ok], place] = medians[ok]
         return report
 
     def _test_periods(self, rows: np.ndarray) -> DriftReport:
@@ -556,4 +562,6 @@ class Detector:
             self.ref_mu[new_ref], self.ref_sigma[new_ref] = mu, sigma
         tested = have_ref & np.isfinite(res.pvalue)
         return DriftReport(rows=rows[tested], flagged=flagged[tested], pvalue=res.pvalue[tested],
-                           shift=res.shift[tested], period_start=period_start)
+                           shift=res.shift[tested], period_start=period_start,
+                           values=vals[tested], ref_mu=self.ref_mu[rows[tested]].copy(),
+                           window_s=self.window_s)

@@ -31,12 +31,12 @@ from analyzer.detect import (
 )
 from analyzer.history import PairHistory
 from analyzer.localize import CERTAIN, Finding, Pair, localize, worst_symptom
-from analyzer.onset import ending, onset
+from analyzer.onset import drift_onset, ending, onset
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.routesums import RouteSums
 from analyzer.store import IncidentStore
-from netskel.arrays import csr_rows, find_sorted, unique, unique_rows_inverse
+from netskel.arrays import csr_rows, find_sorted, row_nanmedian, unique, unique_rows_inverse
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
 from netskel.model import AgentState, Incident, VSwitchDump, WindowStats, pair_key
@@ -986,8 +986,28 @@ class Analyzer:
         for f in findings:
             f.evidence["test"] = ("KS against a log-normal fitted to the pair's reference "
                                   f"period; Benjamini-Hochberg at FDR {self.cfg.drift_fdr}")
-        return self._update_incidents(d.period_start, findings, evidence, by_pair, anomalous,
-                                      self._open_drift, self._streak_drift, lambda _s: 1)
+        before = len(self.incidents)
+        changed = self._update_incidents(d.period_start, findings, evidence, by_pair, anomalous,
+                                         self._open_drift, self._streak_drift, lambda _s: 1)
+        for inc in list(self.incidents.values())[before:]:
+            # A new drift starts where its pairs' medians rose in the period,
+            # not at the period's start, up to 30 min before the fault.
+            ks = [k for p in inc.pairs for k in by_pair.get(p, ()) if d.flagged[k]]
+            if not ks or not d.window_s or d.values.shape[0] != len(d.rows):
+                continue
+            with np.errstate(invalid="ignore", divide="ignore"):
+                excess = np.log(d.values[ks]) - d.ref_mu[ks, None]
+            excess[~np.isfinite(excess)] = np.nan
+            have = np.isfinite(excess).any(axis=0)
+            if not have.any():
+                continue
+            series = np.full(excess.shape[1], np.nan)
+            series[have] = row_nanmedian(excess[:, have].T)
+            began = drift_onset(series)
+            if began is not None:
+                inc.start = round(d.period_start + began * d.window_s, 3)
+                inc.evidence["drift_began_window"] = int(began)
+        return changed
 
     def _prune(self, now: float) -> None:
         horizon = min(now, self.processed_until) - self.cfg.history_seconds

@@ -68,3 +68,38 @@ def ending(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: 
     began = onset(-(np.asarray(starts, dtype=np.float64) + window_s), lost, received, rtt_sum,
                   -(last + window_s), window_s, symptom)
     return None if began is None else -began
+
+
+def drift_onset(excess: np.ndarray) -> float | None:
+    """Where a long-term drift began within its period, in windows from the
+    period's start: `excess` holds one value per window place (the pairs'
+    log-median over their reference's, NaN where none). Fitted by least
+    squares over every start and end of a rise from one level to a higher
+    one (a step when it ends where it starts, a slow degradation when it
+    ramps, held or not), if the rise beats one level by more than chance
+    would (BIC: three more parameters); otherwise the drift held the whole
+    period (0). None with fewer than four values."""
+    y = np.asarray(excess, dtype=np.float64)
+    t = np.flatnonzero(np.isfinite(y)).astype(np.float64) + 0.5  # window centres
+    y = y[np.isfinite(y)]
+    n = len(y)
+    if n < 4:
+        return None
+    places = int(t[-1]) + 1
+    a, b = np.triu_indices(places + 1)  # rise from boundary a to boundary b >= a
+    with np.errstate(invalid="ignore", divide="ignore"):
+        h = np.where(b[:, None] > a[:, None],
+                     np.clip((t[None, :] - a[:, None]) / (b - a)[:, None], 0.0, 1.0),
+                     (t[None, :] >= a[:, None]).astype(np.float64))
+    hc = h - h.mean(axis=1, keepdims=True)
+    shh = (hc * hc).sum(axis=1)
+    yc = y - y.mean()
+    total = float((yc * yc).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = np.where(shh > 0, (hc * yc).sum(axis=1) / shh, 0.0)
+    gain = np.where(slope > 0, slope * slope * shh, -np.inf)
+    k = int(np.argmax(gain))
+    if not np.isfinite(gain[k]) or \
+            n * np.log(max(total, 1e-300) / max(total - gain[k], 1e-300)) <= 3 * np.log(n):
+        return 0.0
+    return float(a[k])

@@ -171,6 +171,23 @@ def test_binomial_and_poisson_tails_agree_with_scipy_stats():
     np.testing.assert_allclose(poisson_sf(k, mu), stats.poisson.sf(k, mu), rtol=1e-9, atol=1e-14)
 
 
+@pytest.mark.parametrize("kind,magnitude,start,duration", [
+    ("step", 12.0, 2400.0, 1300.0),  # +12 us: under what a 30 s window may call slow
+    ("drift", 0.15, 1900.0, 900.0),  # a rise to +15 % over 15 min, then held
+], ids=["small-step", "ramp"])
+def test_a_drift_starts_where_it_began_in_its_period(tmp_path, kind, magnitude, start,
+                                                     duration):
+    """Only the 30-min test sees these, at the end of their period (1,800 to
+    3,600 s); the incident starts where the pairs' medians left their level,
+    not at the period's start, which would be up to 30 min early."""
+    noise = ProbeNoise(rate_hz=2, sizes=(64,))
+    incidents, _ = analyze(tmp_path, [ProbeFault(kind, start, duration, magnitude=magnitude,
+                                                 hosts=(H0,))],
+                           seconds=3700, noise=noise, seed=2)
+    assert [(i["symptom"], i["component"]["id"]) for i in incidents] == [("degradation", LINK)]
+    assert incidents[0]["start"] - T0 == pytest.approx(start, abs=45)
+
+
 def test_separate_short_congestions_do_not_add_up(tmp_path):
     """Three 15 s congestions of one switch minutes apart: each is one slow
     window, and quiet windows between them end the streak."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyzer.onset import ending, onset
+from analyzer.onset import drift_onset, ending, onset
 
 W = 30.0
 T0 = 1_700_000_010.0 // W * W
@@ -101,3 +101,32 @@ def test_a_fault_ends_where_its_last_window_stops_losing():
     assert ending(starts, lost, rec, rtt, T0 + 3 * W, W, "loss") == \
         pytest.approx(T0 + 4 * W + 6), "a last window filled whole: it ended in the next one"
     assert ending(starts[:4], lost[:4], rec[:4], rtt[:4], T0 + 3 * W, W, "loss") is None
+
+
+def _period(seed, rise):
+    """61 windows of a period: noise of 2 % on the log-median, plus `rise`."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(0.0, 0.02, 61) + rise(np.arange(61))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_drift_begins_where_its_period_left_its_level(seed):
+    step = _period(seed, lambda t: np.where(t >= 20, 0.1, 0.0))
+    assert drift_onset(step) == pytest.approx(20, abs=1)
+    ramp = _period(seed, lambda t: np.maximum(0, t - 15) * 0.004)
+    assert drift_onset(ramp) == pytest.approx(15, abs=2)
+    gaps = _period(seed, lambda t: np.where(t >= 30, 0.1, 0.0))
+    gaps[::3] = np.nan  # windows missing or not healthy
+    assert drift_onset(gaps) == pytest.approx(30, abs=1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_drift_over_the_whole_period_or_none_at_all_began_before_it(seed):
+    assert drift_onset(_period(seed, lambda t: 0.1 + 0 * t)) == 0.0
+    assert drift_onset(_period(seed, lambda t: 0 * t)) == 0.0
+    assert drift_onset(_period(seed, lambda t: np.where(t < 30, 0.1, 0.0))) == 0.0, \
+        "a drop is no start"
+
+
+def test_too_few_values_tell_nothing():
+    assert drift_onset(np.array([np.nan, 0.1, np.nan, 0.2, 0.1])) is None
