@@ -15,6 +15,8 @@ Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3 unless
   nicslow    +80 us on the endpoint's probes
   flap       the endpoint's link: 5 s of total loss every minute
   drift      the endpoint's link: latency creeping from +0 to +30 us over the window
+  smallstep  the endpoint's link: +8 us (under what a 30 s window may call slow: only
+             the 30-min test can see it, so it needs recordings over an hour long)
   tordown    every probe through the ToR lost
   torloss    3 % of probes through the ToR lost
   spinedown  every probe through the spine lost
@@ -60,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 from netskel.topology import link_id  # noqa: E402
 
 CLEAN = ROOT.parent / "shared/data/dev/faults/dev-fa1_clean_busy"
-KINDS = ("bigdrop", "nicslow", "flap", "drift", "tordown", "torloss", "spinedown", "spinelat",
+KINDS = ("bigdrop", "nicslow", "flap", "drift", "smallstep", "tordown", "torloss", "spinedown", "spinelat",
          "linkloss", "uplinkloss", "uplinklat", "hostslow", "hostloss",
          "agentdown", "overlayloop")
 ENDPOINT, TOR, SPINE = "jobA-w003/rnic5", "tor-r5-1", "spine-3"
@@ -181,7 +183,7 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
     if kind == "busy":
         benign = _busy(topo, ts, src, dst, hops, rtt, busy_per_hour, rng)
         component, hit = {}, np.zeros(len(ts), dtype=bool)
-    elif kind in ("bigdrop", "nicslow", "flap", "drift", "linkloss"):
+    elif kind in ("bigdrop", "nicslow", "flap", "drift", "smallstep", "linkloss"):
         nic = nic_of[endpoint]
         tor = next(iter(_neighbours(topo, nic)))
         component = {"type": "link", "id": link_id(nic, tor)}
@@ -195,6 +197,8 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
         elif kind == "drift":
             slow = 30.0
             rtt[hit] += slow * (ts[hit] - start) / length_s
+        elif kind == "smallstep":
+            rtt[hit] += 8.0
         else:
             slow = 80.0
             rtt[hit] += slow
