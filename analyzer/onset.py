@@ -13,7 +13,10 @@ before may hold its first seconds. Its end is read the same way, backwards.
 
 Lost probes are counted, not taken as a share of those sent: an agent that
 dies stops sending its own probes while probes to it are lost, so the
-share moves with the sending rate, and the count with the fault alone."""
+share moves with the sending rate, and the count with the fault alone.
+
+A long-term drift is found only at the end of its 30-min period; where in
+the period it began is read off the period's window medians (`drift_onset`)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ import numpy as np
 
 FILLED = 0.9  # a first window the fault filled this much: look at the one before
 LOSS_STEP = 3.0  # a whole faulty window loses this many probes more than a healthy one, at least
+RISE_BOUNDS = 65  # window boundaries a drift's rise may start or end at, evenly spread (short
+#                   windows make thousands of places in a period, and the fit is over pairs)
 
 
 def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: np.ndarray,
@@ -86,7 +91,9 @@ def drift_onset(excess: np.ndarray) -> float | None:
     if n < 4:
         return None
     places = int(t[-1]) + 1
-    a, b = np.triu_indices(places + 1)  # rise from boundary a to boundary b >= a
+    bounds = np.unique(np.round(np.linspace(0, places, min(places + 1, RISE_BOUNDS))))
+    i, j = np.triu_indices(len(bounds))
+    a, b = bounds[i], bounds[j]  # a rise from boundary a to boundary b >= a
     with np.errstate(invalid="ignore", divide="ignore"):
         h = np.where(b[:, None] > a[:, None],
                      np.clip((t[None, :] - a[:, None]) / (b - a)[:, None], 0.0, 1.0),

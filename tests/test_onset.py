@@ -130,3 +130,12 @@ def test_a_drift_over_the_whole_period_or_none_at_all_began_before_it(seed):
 
 def test_too_few_values_tell_nothing():
     assert drift_onset(np.array([np.nan, 0.1, np.nan, 0.2, 0.1])) is None
+
+
+def test_short_windows_read_a_drift_to_within_a_grid_step():
+    """1 s windows make 1,801 places in a period: the rise's bounds are
+    tried on an even grid of them, not on every pair of places."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(0.0, 0.02, 1801)
+    x[700:] += 0.1
+    assert drift_onset(x) == pytest.approx(700, abs=1800 / 64)
