@@ -990,24 +990,29 @@ class Analyzer:
         changed = self._update_incidents(d.period_start, findings, evidence, by_pair, anomalous,
                                          self._open_drift, self._streak_drift, lambda _s: 1)
         for inc in list(self.incidents.values())[before:]:
-            # A new drift starts where its pairs' medians rose in the period,
-            # not at the period's start, up to 30 min before the fault.
-            ks = [k for p in inc.pairs for k in by_pair.get(p, ()) if d.flagged[k]]
-            if not ks or not d.window_s or d.values.shape[0] != len(d.rows):
-                continue
-            with np.errstate(invalid="ignore", divide="ignore"):
-                excess = np.log(d.values[ks]) - d.ref_mu[ks, None]
-            excess[~np.isfinite(excess)] = np.nan
-            have = np.isfinite(excess).any(axis=0)
-            if not have.any():
-                continue
-            series = np.full(excess.shape[1], np.nan)
-            series[have] = row_nanmedian(excess[:, have].T)
-            began = drift_onset(series)
-            if began is not None:
-                inc.start = round(d.period_start + began * d.window_s, 3)
-                inc.evidence["drift_began_window"] = int(began)
+            self._read_drift_start(inc, d, by_pair)
         return changed
+
+    def _read_drift_start(self, inc: Incident, d: DriftReport,
+                          by_pair: dict[Pair, list[int]]) -> None:
+        """A new drift starts where its flagged rows' medians rose in the
+        period (analyzer/onset.py), not at the period's start: that is up to
+        30 min before the fault."""
+        ks = [k for p in inc.pairs for k in by_pair.get(p, ()) if d.flagged[k]]
+        if not ks or not d.window_s or d.values.shape[0] != len(d.rows):
+            return
+        with np.errstate(invalid="ignore", divide="ignore"):
+            excess = np.log(d.values[ks]) - d.ref_mu[ks, None]
+        excess[~np.isfinite(excess)] = np.nan
+        have = np.isfinite(excess).any(axis=0)
+        if not have.any():
+            return
+        series = np.full(excess.shape[1], np.nan)
+        series[have] = row_nanmedian(excess[:, have].T)
+        began = drift_onset(series)
+        if began is not None:
+            inc.start = round(d.period_start + began * d.window_s, 3)
+            inc.evidence["drift_began_window"] = int(began)
 
     def _prune(self, now: float) -> None:
         horizon = min(now, self.processed_until) - self.cfg.history_seconds
