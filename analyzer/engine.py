@@ -836,6 +836,8 @@ class Analyzer:
                 continue  # no healthy window before it is held
             lost, received, rtt_sum = held[1]
             began = onset(held[0], lost, received, rtt_sum, first, w, inc.symptom)
+            if began is not None and inc.end is not None:
+                began = min(began, inc.end)  # read after it closed: never past its end
             if began is not None and began != inc.start:
                 inc.start = round(began, 3)
                 changed.append(inc)
