@@ -226,10 +226,12 @@ class DriftReport:
     pvalue: np.ndarray
     shift: np.ndarray
     period_start: float
-    # Each tested row's window medians over the period, by the windows'
-    # places in it (NaN where a window was missing or not healthy), and its
-    # reference's log-median: when a drift began (analyzer/onset.py).
-    values: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    # Each flagged row's window medians over the period (in the order of the
+    # flagged rows among `rows`), by the windows' places in it (NaN where a
+    # window was missing or not healthy), and its reference's log-median:
+    # when a drift began (analyzer/onset.py). Flagged rows only: every
+    # tested row's would be a second copy of the whole period at its end.
+    values: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     ref_mu: np.ndarray = field(default_factory=lambda: np.zeros(0))
     window_s: float = 0.0
 
@@ -563,5 +565,5 @@ class Detector:
         tested = have_ref & np.isfinite(res.pvalue)
         return DriftReport(rows=rows[tested], flagged=flagged[tested], pvalue=res.pvalue[tested],
                            shift=res.shift[tested], period_start=period_start,
-                           values=vals[tested], ref_mu=self.ref_mu[rows[tested]].copy(),
-                           window_s=self.window_s)
+                           values=self.pvals[rows[tested & flagged]],
+                           ref_mu=self.ref_mu[rows[tested & flagged]], window_s=self.window_s)

@@ -1001,10 +1001,11 @@ class Analyzer:
         period (analyzer/onset.py), not at the period's start: that is up to
         30 min before the fault."""
         ks = [k for p in inc.pairs for k in by_pair.get(p, ()) if d.flagged[k]]
-        if not ks or not d.window_s or d.values.shape[0] != len(d.rows):
+        if not ks or not d.window_s or d.values.shape[0] != int(d.flagged.sum()):
             return
+        at = (np.cumsum(d.flagged) - 1)[ks]  # their places among the flagged rows
         with np.errstate(invalid="ignore", divide="ignore"):
-            excess = np.log(d.values[ks]) - d.ref_mu[ks, None]
+            excess = np.log(d.values[at].astype(np.float64)) - d.ref_mu[at, None]
         excess[~np.isfinite(excess)] = np.nan
         have = np.isfinite(excess).any(axis=0)
         if not have.any():
