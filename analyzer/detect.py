@@ -18,7 +18,7 @@ baseline it is judged against."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
@@ -231,9 +231,9 @@ class DriftReport:
     # window was missing or not healthy), and its reference's log-median:
     # when a drift began (analyzer/onset.py). Flagged rows only: every
     # tested row's would be a second copy of the whole period at its end.
-    values: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
-    ref_mu: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    window_s: float = 0.0
+    values: np.ndarray
+    ref_mu: np.ndarray
+    window_s: float
 
 
 class Detector:

@@ -832,8 +832,8 @@ class Analyzer:
             if inc is None or now_start >= first + 3 * w or inc.end is not None:
                 del self._onset_due[inc_id]  # read a last time, if still held
             held = None if inc is None else self._window_sums(inc)
-            if inc is None or held is None or held[0].min() > first - 2 * w:
-                continue  # no healthy window before it is held
+            if inc is None or held is None:
+                continue
             lost, received, rtt_sum = held[1]
             began = onset(held[0], lost, received, rtt_sum, first, w, inc.symptom)
             if began is not None and inc.end is not None:
@@ -1001,7 +1001,7 @@ class Analyzer:
         period (analyzer/onset.py), not at the period's start: that is up to
         30 min before the fault."""
         ks = [k for p in inc.pairs for k in by_pair.get(p, ()) if d.flagged[k]]
-        if not ks or not d.window_s or d.values.shape[0] != int(d.flagged.sum()):
+        if not ks:
             return
         at = (np.cumsum(d.flagged) - 1)[ks]  # their places among the flagged rows
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -1142,9 +1142,8 @@ class Analyzer:
                 self._clean[inc_id] = (n, first_clean[1])
                 if n < self.cfg.close_windows:
                     continue
-                inc.end = first_clean[1]
-                if open_map is self._open:
-                    inc.end = self._read_end(inc, first_clean[1] - self._window_len)
+                inc.end = (self._read_end(inc, first_clean[1] - self._window_len)
+                           if open_map is self._open else first_clean[1])
                 del open_map[key]
                 self._clean.pop(inc_id, None)
                 self._votes.pop(inc_id, None)

@@ -129,7 +129,7 @@ def summarize_faults(recs: list[dict[str, Any]]) -> dict[str, Any]:
     true = sum(rec["true_incidents"] for rec in recs)
     n = len(rows)
     delays = [r["delay_s"] for r in rows if r["delay_s"] is not None]
-    ends = [r["end_error_s"] for r in rows if r.get("end_error_s") is not None]
+    ends = [r["end_error_s"] for r in rows if r["end_error_s"] is not None]
     return {"faults": n, "incidents": n_inc, "false_incidents": n_inc - true,
             "precision": true / n_inc if n_inc else 1.0,
             "recall": sum(r["detected"] for r in rows) / n if n else 1.0,
