@@ -96,36 +96,111 @@ def loss_logp(lost: np.ndarray, expected: np.ndarray, min_lost: int) -> np.ndarr
     return np.asarray(np.where(lost >= min_lost, logsf, 0.0))
 
 
+LOSS_SCALES = (1, 2, 4, 8)  # windows a pooled loss test sums, newest back (see Carry)
+TAIL_SCALES = (1, 2)  # ... and a slow-tail test: congestion must not add up over minutes
+
+
 @dataclass
 class Carry:
-    """Per loss group, the previous window's probes when its loss was
-    suspicious but not yet significant: the next window is tested with them
-    added (a two-window sequential test), so a slow loss is found in two
-    windows instead of never."""
+    """Per group, the probes of its last windows (a ring). 1 % loss on a
+    link few pairs cross is one lost probe a window or two, never
+    significant in one; summed over the windows it has lasted (each scale
+    in LOSS_SCALES tested, Bonferroni over the scales: a sequential test in
+    the manner of a multi-window scan) it is found in a few, and keeps being
+    found in the windows after (a streak of windows opens an incident; each
+    window names only the rows that lost probes in it, so a healed path is
+    not named again). `lost_sum` keeps each group's losses over the ring,
+    so only groups that lost enough to matter have their scales summed."""
 
-    sent: np.ndarray
+    sent: np.ndarray  # (windows, groups), float32; row `newest` is the last window's
     lost: np.ndarray
+    lost_sum: np.ndarray  # (groups,) float64
+    newest: int = 0
 
     @classmethod
-    def empty(cls, n: int) -> Carry:
-        return cls(np.zeros(n), np.zeros(n))
+    def empty(cls, n: int, depth: int = 1) -> Carry:
+        return cls(np.zeros((depth, n), dtype=np.float32), np.zeros((depth, n), dtype=np.float32),
+                   np.zeros(n))
+
+    def fitted(self, n: int, depth: int) -> Carry:
+        """This carry for n groups (groups only grow; new ones carry
+        nothing) and `depth` windows: itself when it already is."""
+        if self.sent.shape == (depth, n):
+            return self
+        out = Carry.empty(n, depth)
+        m = min(n, self.sent.shape[1])
+        for age in range(min(depth, len(self.sent))):
+            src, dst = (self.newest - age) % len(self.sent), -age % depth
+            out.sent[dst, :m], out.lost[dst, :m] = self.sent[src, :m], self.lost[src, :m]
+        out.lost_sum = out.lost.sum(axis=0, dtype=np.float64)
+        return out
+
+    def spans(self, scales: Sequence[int], cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per scale (rows) and group in `cols`, the probes of the scale's
+        windows before this one."""
+        depth = len(self.sent)
+        order = (self.newest - np.arange(depth)) % max(depth, 1)
+        zero = np.zeros((1, len(cols)))
+        s = np.vstack([zero, np.cumsum(self.sent[np.ix_(order, cols)], axis=0, dtype=np.float64)])
+        lo = np.vstack([zero, np.cumsum(self.lost[np.ix_(order, cols)], axis=0, dtype=np.float64)])
+        at = [k - 1 for k in scales]
+        return s[at], lo[at]
+
+    def push(self, sent: np.ndarray, lost: np.ndarray) -> Carry:
+        """This window's probes in, the oldest window's out (in place)."""
+        depth = len(self.sent)
+        if depth:
+            self.newest = (self.newest + 1) % depth
+            lost32 = lost.astype(np.float32)
+            self.lost_sum += lost32.astype(np.float64) - self.lost[self.newest]
+            self.sent[self.newest], self.lost[self.newest] = sent, lost32
+        return self
+
+
+def scaled_loss_logp(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarray, carry: Carry,
+                     scales: Sequence[int], min_lost: int, cols: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group (`cols`: their columns in the carry, all by default): log p
+    of its loss at the scale where it is least likely (Bonferroni over the
+    scales; 0 below `min_lost` losses at every scale), the likelihood ratio
+    there (to rank groups: strong groups' p-values underflow and would tie),
+    and that scale's index."""
+    n = len(now_lost)
+    cols = np.arange(n) if cols is None else cols
+    logp, llr, at = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
+    cand = np.flatnonzero(now_lost + carry.lost_sum[cols] >= min_lost)
+    if not len(cand):
+        return logp, llr, at
+    span_sent, span_lost = carry.spans(scales, cols[cand])
+    tot = now_lost[cand][None, :] + span_lost
+    mu = np.maximum((now_sent[cand][None, :] + span_sent) * rate[cand][None, :], 1e-12)
+    lp = loss_logp(tot, mu, min_lost)
+    best = np.argmin(lp, axis=0)
+    c = np.arange(len(cand))
+    t, m = tot[best, c], mu[best, c]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        llr[cand] = np.where(t > 0, t * np.log(t / m) - (t - m), 0.0)
+    logp[cand] = lp[best, c] + np.log(len(scales))
+    at[cand] = best
+    return logp, llr, at
 
 
 def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
                 hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
                 max_groups: int = 64,
                 prior_probes: float = PRIOR_PROBES) -> np.ndarray:
-    """Rows hit by a significant pooled loss (see pooled_loss_carried), with
-    no carry."""
+    """Rows hit by a significant pooled loss (see pooled_loss_carried), in
+    this window alone."""
     return pooled_loss_carried(g, sent, lost, hist_sent, hist_lost, floor, alpha, min_lost,
-                               max_groups, prior_probes)[0]
+                               max_groups, prior_probes, scales=(1,))[0]
 
 
 def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
                         hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
                         max_groups: int = 64, prior_probes: float = PRIOR_PROBES,
                         carry: Carry | None = None, near_alpha: float = 0.0,
-                        margin: float = 0.0, own_alpha: float = 1.0
+                        margin: float = 0.0, own_alpha: float = 1.0,
+                        scales: Sequence[int] = LOSS_SCALES
                         ) -> tuple[np.ndarray, np.ndarray, Carry]:
     """(rows hit, rows in suspicious groups, the carry for the next window).
 
@@ -133,14 +208,15 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     is a few probes per pair-window, lost in the noise; over the tens of pairs
     crossing one link it is hundreds (Poisson test of the summed losses
     against the group's own healthy loss rate, which starts at the floor as
-    `prior_probes` pseudo-probes and learns from history). Groups are taken
-    most significant first and their rows explained away, so a lossy link
-    does not also make every other link its pairs cross look lossy.
+    `prior_probes` pseudo-probes and learns from history), and over the
+    windows it has lasted (`scales`, see Carry) it adds up even where few
+    pairs cross. Groups are taken most significant first and their rows
+    explained away, so a lossy link does not also make every other link its
+    pairs cross look lossy.
 
-    A group is suspicious when its unexplained loss, with the carry added,
-    has p < near_alpha without being significant: its rows stay out of the
-    healthy history (a slow loss must not teach the baseline the fault) and
-    its probes are carried to the next window's test."""
+    A group is suspicious when its unexplained loss has p < near_alpha at
+    some scale without being significant: its rows stay out of the healthy
+    history (a slow loss must not teach the baseline the fault)."""
     member = np.repeat(np.arange(len(sent)), np.diff(g.indptr))
     h_sent = np.bincount(g.codes, weights=hist_sent[member], minlength=g.count)
     h_lost = np.bincount(g.codes, weights=hist_lost[member], minlength=g.count)
@@ -151,23 +227,16 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     lost_w = lost.astype(np.float64).copy()
     hit = np.zeros(len(sent), dtype=bool)
     done = np.zeros(g.count, dtype=bool)
-    c_sent = np.zeros(g.count)
-    c_lost = np.zeros(g.count)
-    if carry is not None:
-        n = min(g.count, len(carry.sent))
-        c_sent[:n], c_lost[:n] = carry.sent[:n], carry.lost[:n]
+    ring = (carry if carry is not None else Carry.empty(g.count)).fitted(g.count, max(scales) - 1)
+    all_sent = np.bincount(g.codes, weights=sent_w[member], minlength=g.count)
+    all_lost = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
     for _ in range(max_groups):
-        exp = (np.bincount(g.codes, weights=sent_w[member], minlength=g.count) + c_sent) * rate
-        tot = np.bincount(g.codes, weights=lost_w[member], minlength=g.count) + c_lost
-        mu = np.maximum(exp, 1e-12)  # the likelihood ratio below needs it floored too
-        logp = loss_logp(tot, mu, min_lost)
+        logp, llr, _ = scaled_loss_logp(
+            np.bincount(g.codes, weights=sent_w[member], minlength=g.count),
+            np.bincount(g.codes, weights=lost_w[member], minlength=g.count),
+            rate, ring, scales, min_lost)
         significant = logp < np.log(alpha)
-        if not significant.any():
-            break
-        # Most significant first, ranked by the likelihood ratio (strong groups'
-        # p-values underflow and would tie, and a superset must not win a tie).
-        with np.errstate(divide="ignore", invalid="ignore"):
-            llr = np.where(tot > 0, tot * np.log(tot / mu) - (tot - mu), 0.0)
+        # Most significant first (a superset must not win a tie).
         best = int(np.argmax(np.where(significant & ~done, llr, -np.inf)))
         if not significant[best] or done[best]:
             break
@@ -186,20 +255,18 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
         lost_w[rows] = 0.0  # explained: no longer evidence against other groups
         sent_w[rows] = 0.0
     hit &= lost > 0
-    if near_alpha <= 0:
-        return hit, np.zeros(len(sent), dtype=bool), Carry.empty(g.count)
-    # What is left unexplained, with the carried window: suspicious groups.
+    # What is left unexplained: suspicious groups, and the next window's carry.
     now_sent = np.bincount(g.codes, weights=sent_w[member], minlength=g.count)
     now_lost = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
-    logp = loss_logp(now_lost + c_lost, (now_sent + c_sent) * rate, min_lost)
-    near_group = (logp < np.log(near_alpha)) & ~done & (now_lost > 0)
     near_rows = np.zeros(len(sent), dtype=bool)
-    near_rows[member[near_group[g.codes]]] = True
-    # Two windows at most: a suspicious window is carried to the next one's
-    # test only. Longer runs would let a benign loss a little above the floor
-    # (kept out of the history while suspicious) build up to an incident.
-    return hit, near_rows & ~hit, Carry(np.where(near_group, now_sent, 0.0),
-                                       np.where(near_group, now_lost, 0.0))
+    if near_alpha > 0:
+        logp, _, _ = scaled_loss_logp(now_sent, now_lost, rate, ring, scales, min_lost)
+        near_group = (logp < np.log(near_alpha)) & ~done & (now_lost > 0)
+        near_rows[member[near_group[g.codes]]] = True
+    # A group carries what it explained (its fault's evidence goes on
+    # adding up) and what nothing did; not what another group explained.
+    return hit, near_rows & ~hit, ring.push(np.where(done, all_sent, now_sent),
+                                            np.where(done, all_lost, now_lost))
 
 
 @dataclass
@@ -483,7 +550,8 @@ class Detector:
                 groups, np.where(known, received, 0), np.where(known, slow, 0),
                 self.hrecv[rows].sum(axis=1), self.hslow[rows].sum(axis=1), cfg.tail_floor,
                 alpha, cfg.loss_min_lost, prior_probes=TAIL_PRIOR, carry=self.tail_carry,
-                near_alpha=cfg.loss_near_alpha, margin=cfg.tail_margin, own_alpha=OWN_ALPHA)
+                near_alpha=cfg.loss_near_alpha, margin=cfg.tail_margin, own_alpha=OWN_ALPHA,
+                scales=TAIL_SCALES)
             suspect |= tail_suspect
             tail &= ~latency  # rows only the tail flags
             latency |= tail

@@ -20,14 +20,16 @@ import numpy as np
 from analyzer import metrics
 from analyzer.batch import STAT_FIELDS, WindowBatch
 from analyzer.detect import (
+    LOSS_SCALES,
     STATS,
+    Carry,
     Detector,
     DriftReport,
     Groups,
     Observation,
     healthy_rate,
-    loss_logp,
     poisson_sf,
+    scaled_loss_logp,
 )
 from analyzer.history import PairHistory
 from analyzer.localize import CERTAIN, Finding, Pair, localize, worst_symptom
@@ -55,8 +57,10 @@ DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is wh
 # Findings less certain than this wait a window longer before they open an incident.
 WEAK_CONFIDENCE = 0.5
 # Windows of per-pair sums kept for reading when an incident began
-# (analyzer/onset.py: two healthy ones, the one before, the first, three after).
-ONSET_WINDOWS = 7
+# (analyzer/onset.py: two healthy ones, the one before, the first, three after;
+# a slow loss found over up to 8 windows began as far back, and its change of
+# rate needs healthy windows before it).
+ONSET_WINDOWS = 12
 # A host is named only where links of several of its NICs failed together:
 # more specific than any one of those links.
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
@@ -184,7 +188,7 @@ class Analyzer:
         # Per link, healthy routed probes seen (sent, lost), and the last
         # window's when it was suspicious: the route-evidence loss test's state.
         self._link_hist: dict[str, tuple[float, float]] = {}
-        self._link_carry: dict[str, tuple[float, float]] = {}
+        self._link_carry = Carry.empty(0)  # per link, its last windows' routed probes
         # This window's routed probes on each link an open loss incident
         # names: (sent, lost, expected lost at the link's healthy rate), for
         # telling a lossy link's quiet window from its end.
@@ -411,8 +415,9 @@ class Analyzer:
         little of every flow through it is significant here long before any
         pair's own share is, since each pair sends only some of its flows
         through it. Each link's rate is tested against its own healthy
-        history (floor `loss_baseline`); a suspicious link is re-tested with
-        the next window's probes added, like the pooled groups. Returns the
+        history (floor `loss_baseline`), over the windows a slow loss has
+        lasted as well as this one, like the pooled groups (detect.Carry);
+        the evidence is the most telling span's probes. Returns the
         pairs whose lost probes crossed a lossy link, with that evidence.
         Pairs already anomalous (`known`) or touching a stopped agent (`gone`)
         are left out: their losses are explained, and would make every link
@@ -431,31 +436,33 @@ class Analyzer:
         lost_by = np.bincount(lid, weights=rt.v[ent, 1], minlength=nl)
         links = [self._link_names[i] for i in ids.tolist()]
         sent, lost = sent_by[ids], lost_by[ids]  # this window's, per link
-        s = sent + np.array([self._link_carry.get(k, (0.0, 0.0))[0] for k in links])
-        n = lost + np.array([self._link_carry.get(k, (0.0, 0.0))[1] for k in links])
         hs = np.array([self._link_hist.get(k, (0.0, 0.0))[0] for k in links])
         hl = np.array([self._link_hist.get(k, (0.0, 0.0))[1] for k in links])
-        logp = loss_logp(n, s * healthy_rate(hs, hl, cfg.loss_baseline), cfg.loss_min_lost)
+        rate = healthy_rate(hs, hl, cfg.loss_baseline)
+        ring = self._link_carry = self._link_carry.fitted(nl, max(LOSS_SCALES) - 1)
+        logp, _, at = scaled_loss_logp(sent, lost, rate, ring, LOSS_SCALES, cfg.loss_min_lost,
+                                       cols=ids)
         alpha = cfg.loss_alpha / max(1, tests + len(links))
         out: dict[Pair, dict[str, list[int]]] = {}
-        self._link_carry = {}
         held = {inc.component.id for inc in self._open_incidents("link") if inc.symptom == "loss"}
-        rate = healthy_rate(hs, hl, cfg.loss_baseline)
         self._link_window = {link: (float(sent[k]), float(lost[k]), float(sent[k] * rate[k]))
                              for k, link in enumerate(links) if link in held}
         for k, link in enumerate(links):
             if logp[k] < np.log(alpha):
-                self._flagged_links.add(link)
                 on = (lid == self._link_index[link]) & (rt.v[ent, 1] > 0)
-                for pair in (rt.pairs[i] for i in unique(rt.pidx[ent[on]]).tolist()):
-                    out.setdefault(pair, {})[link] = [int(s[k]), int(n[k])]
-            elif logp[k] < np.log(cfg.loss_near_alpha):
-                self._link_carry[link] = (float(sent[k]), float(lost[k]))  # to the next window only
-            elif link not in held:  # healthy: part of the link's own history
-                # (a link an open loss incident names is not: its quiet
-                # windows are the fault between detections)
+                self._flagged_links.add(link)
+                named = unique(rt.pidx[ent[on]]).tolist()
+                span_s, span_l = ring.spans(LOSS_SCALES, ids[k:k + 1])
+                s_k, n_k = sent[k] + span_s[at[k], 0], lost[k] + span_l[at[k], 0]
+                for pair in (rt.pairs[i] for i in named):
+                    out.setdefault(pair, {})[link] = [int(s_k), int(n_k)]
+            elif logp[k] >= np.log(cfg.loss_near_alpha) and link not in held:
+                # healthy: part of the link's own history (a link an open
+                # loss incident names is not: its quiet windows are the
+                # fault between detections; nor is a suspicious one)
                 h = self._link_hist.get(link, (0.0, 0.0))
                 self._link_hist[link] = (h[0] + float(sent[k]), h[1] + float(lost[k]))
+        ring.push(sent_by, lost_by)
         return out
 
     def _route_clears(self, healthy: set[Pair]) -> dict[str, int]:

@@ -24,6 +24,8 @@ import numpy as np
 
 FILLED = 0.9  # a first window the fault filled this much: look at the one before
 LOSS_STEP = 3.0  # a whole faulty window loses this many probes more than a healthy one, at least
+#                   (a smaller loss is dated by where its lost counts change, _slow_loss_onset)
+CHANGE_CHI2 = 6.63  # chi-squared (1 degree of freedom) at 1 %: a change of loss rate that counts
 RISE_BOUNDS = 65  # window boundaries a drift's rise may start or end at, evenly spread (short
 #                   windows make thousands of places in a period, and the fit is over pairs)
 
@@ -57,12 +59,51 @@ def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: n
         base, least = float(amount[healthy].mean()), LOSS_STEP
     step = float(np.median(amount[faulty])) - base
     if not step > least:
-        return None
+        if symptom == "latency":
+            return None
+        return _slow_loss_onset(np.asarray(starts, dtype=np.float64), k, amount, k0, window_s)
     share = float(np.clip((amount[at[k0]] - base) / step, 0.0, 1.0))
     start = first + window_s * (1.0 - share)
     if share >= FILLED and k0 - 1 in at:
         start -= window_s * float(np.clip((amount[at[k0 - 1]] - base) / step, 0.0, 1.0))
     return start
+
+
+def _poisson_fit(x: np.ndarray) -> float:
+    """Log-likelihood of counts under one Poisson rate, their mean (without
+    the terms that do not depend on the rate)."""
+    total = float(x.sum())
+    return total * np.log(total / len(x)) - total if total > 0 else 0.0
+
+
+def _slow_loss_onset(starts: np.ndarray, k: np.ndarray, lost: np.ndarray, k0: int,
+                     window_s: float) -> float | None:
+    """A loss of a probe or two a window is found only once windows of it
+    add up, and no window holds a step to read a share from: where it began
+    is where its windows' lost counts change from one Poisson rate to a
+    higher one (the likeliest change point, at or before the first flagged
+    window, with at least two windows before it), if the change explains
+    the counts better than one rate by more than chance would (likelihood
+    ratio, chi-squared with one degree of freedom at 1 %). Within that
+    window, the share of a faulty window's losses it held."""
+    order = np.argsort(k, kind="stable")
+    k, x, starts = k[order], lost[order], starts[order]
+    one = _poisson_fit(x)
+    best, at = 0.0, -1
+    for i in range(2, len(x)):
+        if k[i] > k0:
+            break
+        before, after = x[:i], x[i:]
+        if after.mean() <= before.mean():
+            continue
+        gain = _poisson_fit(before) + _poisson_fit(after) - one
+        if gain > best:
+            best, at = gain, i
+    if at < 0 or 2 * best < CHANGE_CHI2:
+        return None
+    low, high = float(x[:at].mean()), float(x[at:].mean())
+    share = float(np.clip((x[at] - low) / (high - low), 0.0, 1.0))
+    return float(starts[at] + window_s * (1.0 - share))
 
 
 def ending(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: np.ndarray,

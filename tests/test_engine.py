@@ -163,6 +163,29 @@ def test_an_incident_ends_where_its_fault_stopped_in_its_last_window(engine):
     assert [i.end for i in closed] == [pytest.approx(T0 + last * W + 10, abs=0.01)]
 
 
+def test_a_probe_lost_a_window_adds_up_to_an_incident_dated_where_it_began(engine):
+    """One probe in 60 lost on one pair every window: never significant in
+    a window, nor in two; over four it is (analyzer/detect.py, Carry). The
+    incident opens windows after the losses began, yet starts where they
+    did (analyzer/onset.py): their rate changed there."""
+    p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
+
+    def feed_one(k, lossy):
+        ws = [win(a, b, k, sent=60, lost=1 if lossy and (a, b) == p else 0)
+              for r in range(2) for a, b in rail_pairs(r)]
+        assert engine.add_windows(ws) == []
+        return engine.tick(T0 + (k + 1) * W + 5)
+
+    began = engine.cfg.lof_min_history + 2
+    for k in range(began):
+        assert feed_one(k, False) == []
+    opened = [k for k in range(began, began + 8) if feed_one(k, True)]
+    incs = engine.list_incidents()
+    assert len(incs) == 1 and incs[0].symptom == "loss" and p in incs[0].pairs
+    assert opened and opened[0] >= began + 2  # found only once windows added up
+    assert incs[0].start == pytest.approx(T0 + began * W, abs=0.01)
+
+
 def test_dead_agent_is_blamed_not_the_network(engine):
     victim = 2
     eps = tuple(LAY.endpoint(victim, r) for r in range(2))

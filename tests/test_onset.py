@@ -139,3 +139,21 @@ def test_short_windows_read_a_drift_to_within_a_grid_step():
     x = rng.normal(0.0, 0.02, 1801)
     x[700:] += 0.1
     assert drift_onset(x) == pytest.approx(700, abs=1800 / 64)
+
+
+def test_a_slow_loss_found_late_starts_where_its_losses_began():
+    """A probe or two a window, found only once four windows of it added up
+    (analyzer/detect.py, Carry): no window holds a step to read a share
+    from, so the start is where the lost counts change rate, three windows
+    before the one it was found in, not that window's start."""
+    starts, lost, rec, rtt = sums([[0], [0], [0], [0], [0], [1], [2], [1], [2], [2], [1], [2]])
+    first = T0 + 8 * W
+    began = onset(starts, lost, rec, rtt, first, W, "loss")
+    assert began is not None and T0 + 5 * W - W / 2 <= began <= T0 + 6 * W
+
+
+def test_a_rate_that_never_changed_dates_nothing():
+    """Losses as frequent before the flagged window as after it: no change
+    to date, the window's own start stands (None)."""
+    starts, lost, rec, rtt = sums([[1], [2], [1], [2], [1], [2], [1], [2], [1], [2], [1], [2]])
+    assert onset(starts, lost, rec, rtt, T0 + 8 * W, W, "loss") is None
