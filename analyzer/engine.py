@@ -1046,12 +1046,24 @@ class Analyzer:
         seen_keys = set()
         before = dict(streaks)  # last window's streaks, for findings that moved
         advanced: set[tuple[str, str]] = set()  # streaks this window has counted
+        faded: set[str] = set()  # loss incidents whose findings this window were not their fault
         for f in findings:
             key = (f.component.type, f.component.id)
             # One incident per fault: a finding about pairs an open incident
             # already holds refines that incident (a more certain component
             # replaces its guess, id kept) or just keeps it open.
             held = self._overlapping(f, open_map, key)
+            if held is not None and f.symptom == "loss" and counts is not None and \
+                    self.incidents[open_map[held]].symptom == "loss" and \
+                    not self._still_lossy(self.incidents[open_map[held]], counts):
+                # A probe or two lost on a few of a loss incident's pairs,
+                # while its pairs together lose no more than healthy ones
+                # do: the fault is over (a spine back up; the odd healthy
+                # loss on a pair it crossed stands out only against the
+                # fault's own windows). Neither a finding nor a reason to
+                # keep the incident open.
+                faded.add(open_map[held])
+                continue
             if held is not None:
                 seen_keys.add(held)
                 inc = self.incidents[open_map[held]]
@@ -1135,7 +1147,7 @@ class Analyzer:
                 continue
             inc = self.incidents[inc_id]
             seen = [p for p in inc.pairs if p in observed]
-            if seen and not any(p in anomalous for p in inc.pairs):
+            if seen and (inc_id in faded or not any(p in anomalous for p in inc.pairs)):
                 if counts is not None and inc.symptom == "loss" and self._still_lossy(inc, counts):
                     # Losses short of significance, but more than the pairs'
                     # healthy rates explain: a weak fault between detections,

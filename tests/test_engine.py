@@ -186,6 +186,28 @@ def test_a_probe_lost_a_window_adds_up_to_an_incident_dated_where_it_began(engin
     assert incs[0].start == pytest.approx(T0 + began * W, abs=0.01)
 
 
+def test_a_probe_lost_after_a_loss_ended_does_not_hold_its_incident_open(engine):
+    """Half of an endpoint's probes lost for four windows, then none; two
+    windows later one of its pairs loses one probe (a healthy path does,
+    now and then). Read against the fault's windows, which the loss test
+    still holds, that probe is significant and named. The incident's pairs
+    together lost no more than healthy pairs do, so it is not the fault:
+    the incident closes on time and ends where the loss stopped."""
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    for k in range(h, h + 4):
+        feed(engine, k, bad=of_endpoint(0))
+    stopped = h + 4
+    closed = feed(engine, stopped) + feed(engine, stopped + 1)
+    one = {sorted(of_endpoint(0))[0]}
+    closed += feed(engine, stopped + 2, bad=one, lost=1)
+    for k in range(stopped + 3, stopped + engine.cfg.close_windows + 1):
+        closed += feed(engine, k)
+    assert [i.end for i in closed] == [pytest.approx(T0 + stopped * W, abs=0.01)]
+    assert len(engine.list_incidents()) == 1
+
+
 def test_dead_agent_is_blamed_not_the_network(engine):
     victim = 2
     eps = tuple(LAY.endpoint(victim, r) for r in range(2))
