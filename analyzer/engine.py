@@ -185,10 +185,10 @@ class Analyzer:
         self._link_index: dict[str, int] = {}
         self._link_names: list[str] = []
         self._entry_links_cache = _EntryLinks([], [])
-        # Per link, healthy routed probes seen (sent, lost), and the last
-        # window's when it was suspicious: the route-evidence loss test's state.
+        # Per link, healthy routed probes seen (sent, lost), and every
+        # probe of its last windows: the route-evidence loss test's state.
         self._link_hist: dict[str, tuple[float, float]] = {}
-        self._link_carry = Carry.empty(0)  # per link, its last windows' routed probes
+        self._link_carry = Carry.empty(0)
         # This window's routed probes on each link an open loss incident
         # names: (sent, lost, expected lost at the link's healthy rate), for
         # telling a lossy link's quiet window from its end.
@@ -1053,20 +1053,19 @@ class Analyzer:
             # already holds refines that incident (a more certain component
             # replaces its guess, id kept) or just keeps it open.
             held = self._overlapping(f, open_map, key)
-            if held is not None and f.symptom == "loss" and counts is not None and \
-                    self.incidents[open_map[held]].symptom == "loss" and \
-                    not self._still_lossy(self.incidents[open_map[held]], counts):
-                # A probe or two lost on a few of a loss incident's pairs,
-                # while its pairs together lose no more than healthy ones
-                # do: the fault is over (a spine back up; the odd healthy
-                # loss on a pair it crossed stands out only against the
-                # fault's own windows). Neither a finding nor a reason to
-                # keep the incident open.
-                faded.add(open_map[held])
-                continue
             if held is not None:
-                seen_keys.add(held)
                 inc = self.incidents[open_map[held]]
+                if f.symptom == inc.symptom == "loss" and counts is not None and \
+                        not self._still_lossy(inc, counts):
+                    # A probe or two lost on a few of a loss incident's
+                    # pairs, while its pairs together lose no more than
+                    # healthy ones do: the fault is over (a spine back up;
+                    # the odd healthy loss on a pair it crossed stands out
+                    # only against the fault's own windows). Neither a
+                    # finding nor a reason to keep the incident open.
+                    faded.add(inc.id)
+                    continue
+                seen_keys.add(held)
                 self._vote(inc, f)
                 if (_RANK.get(f.component.type, 0) > _RANK.get(inc.component.type, 0)
                         or self._widens(f, inc) or self._moves(f, inc)):
