@@ -147,15 +147,21 @@ def test_an_incident_starts_where_its_fault_began_in_its_first_window(engine):
     assert engine.list_incidents()[0].start == pytest.approx(first + 20, abs=0.01)
 
 
-def test_an_incident_ends_where_its_fault_stopped_in_its_last_window(engine):
-    """A loss that stopped 10 s into a window (50 of the 150 a whole window
-    loses) ends there, not at the start of the first clean window."""
+def lossy_run(engine, windows=4):
+    """Healthy history, then half of endpoint 0's probes lost for
+    `windows` windows; returns the next window's number."""
     h = engine.cfg.lof_min_history
     for k in range(h):
         feed(engine, k)
-    for k in range(h, h + 4):
+    for k in range(h, h + windows):
         feed(engine, k, bad=of_endpoint(0))
-    last = h + 4
+    return h + windows
+
+
+def test_an_incident_ends_where_its_fault_stopped_in_its_last_window(engine):
+    """A loss that stopped 10 s into a window (50 of the 150 a whole window
+    loses) ends there, not at the start of the first clean window."""
+    last = lossy_run(engine)
     feed(engine, last, bad=of_endpoint(0), lost=50)
     closed = []
     for k in range(last + 1, last + 1 + engine.cfg.close_windows):
@@ -193,12 +199,7 @@ def test_a_probe_lost_after_a_loss_ended_does_not_hold_its_incident_open(engine)
     still holds, that probe is significant and named. The incident's pairs
     together lost no more than healthy pairs do, so it is not the fault:
     the incident closes on time and ends where the loss stopped."""
-    h = engine.cfg.lof_min_history
-    for k in range(h):
-        feed(engine, k)
-    for k in range(h, h + 4):
-        feed(engine, k, bad=of_endpoint(0))
-    stopped = h + 4
+    stopped = lossy_run(engine)
     closed = feed(engine, stopped) + feed(engine, stopped + 1)
     one = {sorted(of_endpoint(0))[0]}
     closed += feed(engine, stopped + 2, bad=one, lost=1)
