@@ -159,18 +159,19 @@ class Carry:
 
 def scaled_loss_logp(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarray, carry: Carry,
                      scales: Sequence[int], min_lost: int, cols: np.ndarray | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per group (`cols`: their columns in the carry, all by default): log p
     of its loss at the scale where it is least likely (Bonferroni over the
     scales; 0 below `min_lost` losses at every scale), the likelihood ratio
     there (to rank groups: strong groups' p-values underflow and would tie),
-    and that scale's index."""
+    and the probes sent and lost over that scale's windows (the evidence)."""
     n = len(now_lost)
     cols = np.arange(n) if cols is None else cols
-    logp, llr, at = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
+    logp, llr = np.zeros(n), np.zeros(n)
+    sent_at, lost_at = now_sent.astype(np.float64), now_lost.astype(np.float64)
     cand = np.flatnonzero(now_lost + carry.lost_sum[cols] >= min_lost)
     if not len(cand):
-        return logp, llr, at
+        return logp, llr, sent_at, lost_at
     span_sent, span_lost = carry.spans(scales, cols[cand])
     tot = now_lost[cand][None, :] + span_lost
     mu = np.maximum((now_sent[cand][None, :] + span_sent) * rate[cand][None, :], 1e-12)
@@ -181,8 +182,9 @@ def scaled_loss_logp(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarra
     with np.errstate(divide="ignore", invalid="ignore"):
         llr[cand] = np.where(t > 0, t * np.log(t / m) - (t - m), 0.0)
     logp[cand] = lp[best, c] + np.log(len(scales))
-    at[cand] = best
-    return logp, llr, at
+    sent_at[cand] += span_sent[best, c]
+    lost_at[cand] = t
+    return logp, llr, sent_at, lost_at
 
 
 def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
@@ -228,13 +230,11 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     hit = np.zeros(len(sent), dtype=bool)
     done = np.zeros(g.count, dtype=bool)
     ring = (carry if carry is not None else Carry.empty(g.count)).fitted(g.count, max(scales) - 1)
-    all_sent = np.bincount(g.codes, weights=sent_w[member], minlength=g.count)
-    all_lost = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
+    # Per group, this window's probes nothing has explained yet.
+    now_sent = all_sent = np.bincount(g.codes, weights=sent_w[member], minlength=g.count)
+    now_lost = all_lost = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
     for _ in range(max_groups):
-        logp, llr, _ = scaled_loss_logp(
-            np.bincount(g.codes, weights=sent_w[member], minlength=g.count),
-            np.bincount(g.codes, weights=lost_w[member], minlength=g.count),
-            rate, ring, scales, min_lost)
+        logp, llr, _, _ = scaled_loss_logp(now_sent, now_lost, rate, ring, scales, min_lost)
         significant = logp < np.log(alpha)
         # Most significant first (a superset must not win a tie).
         best = int(np.argmax(np.where(significant & ~done, llr, -np.inf)))
@@ -254,13 +254,15 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
         hit[rows] = True
         lost_w[rows] = 0.0  # explained: no longer evidence against other groups
         sent_w[rows] = 0.0
+        now_sent = np.bincount(g.codes, weights=sent_w[member], minlength=g.count)
+        now_lost = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
+    else:  # the last test came before the last rows were explained
+        logp, _, _, _ = scaled_loss_logp(now_sent, now_lost, rate, ring, scales, min_lost)
     hit &= lost > 0
-    # What is left unexplained: suspicious groups, and the next window's carry.
-    now_sent = np.bincount(g.codes, weights=sent_w[member], minlength=g.count)
-    now_lost = np.bincount(g.codes, weights=lost_w[member], minlength=g.count)
+    # What is left unexplained (`logp` is its test): suspicious groups, and
+    # the next window's carry.
     near_rows = np.zeros(len(sent), dtype=bool)
     if near_alpha > 0:
-        logp, _, _ = scaled_loss_logp(now_sent, now_lost, rate, ring, scales, min_lost)
         near_group = (logp < np.log(near_alpha)) & ~done & (now_lost > 0)
         near_rows[member[near_group[g.codes]]] = True
     # A group carries what it explained (its fault's evidence goes on

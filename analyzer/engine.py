@@ -440,8 +440,8 @@ class Analyzer:
         hl = np.array([self._link_hist.get(k, (0.0, 0.0))[1] for k in links])
         rate = healthy_rate(hs, hl, cfg.loss_baseline)
         ring = self._link_carry = self._link_carry.fitted(nl, max(LOSS_SCALES) - 1)
-        logp, _, at = scaled_loss_logp(sent, lost, rate, ring, LOSS_SCALES, cfg.loss_min_lost,
-                                       cols=ids)
+        logp, _, span_sent, span_lost = scaled_loss_logp(sent, lost, rate, ring, LOSS_SCALES,
+                                                         cfg.loss_min_lost, cols=ids)
         alpha = cfg.loss_alpha / max(1, tests + len(links))
         out: dict[Pair, dict[str, list[int]]] = {}
         held = {inc.component.id for inc in self._open_incidents("link") if inc.symptom == "loss"}
@@ -451,11 +451,8 @@ class Analyzer:
             if logp[k] < np.log(alpha):
                 on = (lid == self._link_index[link]) & (rt.v[ent, 1] > 0)
                 self._flagged_links.add(link)
-                named = unique(rt.pidx[ent[on]]).tolist()
-                span_s, span_l = ring.spans(LOSS_SCALES, ids[k:k + 1])
-                s_k, n_k = sent[k] + span_s[at[k], 0], lost[k] + span_l[at[k], 0]
-                for pair in (rt.pairs[i] for i in named):
-                    out.setdefault(pair, {})[link] = [int(s_k), int(n_k)]
+                for pair in (rt.pairs[i] for i in unique(rt.pidx[ent[on]]).tolist()):
+                    out.setdefault(pair, {})[link] = [int(span_sent[k]), int(span_lost[k])]
             elif logp[k] >= np.log(cfg.loss_near_alpha) and link not in held:
                 # healthy: part of the link's own history (a link an open
                 # loss incident names is not: its quiet windows are the
