@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy import special
@@ -187,6 +188,13 @@ def scaled_loss_logp(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarra
     return logp, llr, sent_at, lost_at
 
 
+class Pooled(NamedTuple):
+    hit: np.ndarray    # bool per row: its losses are a significant group's
+    near: np.ndarray   # bool per row: in a suspicious group, not hit
+    carry: Carry
+    by: np.ndarray     # the group that explained each hit row, -1 elsewhere
+
+
 def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
                 hist_lost: np.ndarray, floor: float, alpha: float, min_lost: int = 1,
                 max_groups: int = 64,
@@ -194,7 +202,7 @@ def pooled_loss(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.nda
     """Rows hit by a significant pooled loss (see pooled_loss_carried), in
     this window alone."""
     return pooled_loss_carried(g, sent, lost, hist_sent, hist_lost, floor, alpha, min_lost,
-                               max_groups, prior_probes, scales=(1,))[0]
+                               max_groups, prior_probes, scales=(1,)).hit
 
 
 def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent: np.ndarray,
@@ -203,8 +211,9 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
                         carry: Carry | None = None, near_alpha: float = 0.0,
                         margin: float = 0.0, own_alpha: float = 1.0,
                         scales: Sequence[int] = LOSS_SCALES
-                        ) -> tuple[np.ndarray, np.ndarray, Carry]:
-    """(rows hit, rows in suspicious groups, the carry for the next window).
+                        ) -> Pooled:
+    """Rows hit, which group explained each, rows in suspicious groups, and
+    the carry for the next window.
 
     Rows with losses in a group whose pooled loss is significant. 1 % loss
     is a few probes per pair-window, lost in the noise; over the tens of pairs
@@ -228,6 +237,7 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     sent_w = sent.astype(np.float64)
     lost_w = lost.astype(np.float64).copy()
     hit = np.zeros(len(sent), dtype=bool)
+    by = np.full(len(sent), -1, dtype=np.int64)
     done = np.zeros(g.count, dtype=bool)
     ring = (carry if carry is not None else Carry.empty(g.count)).fitted(g.count, max(scales) - 1)
     # Per group, this window's probes nothing has explained yet.
@@ -252,6 +262,7 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
         own = poisson_sf(lost_w[rows] - 1, np.maximum(sent_w[rows] * own_rate, 1e-12)) < own_alpha
         rows = rows[fits & own]
         hit[rows] = True
+        by[rows] = best
         lost_w[rows] = 0.0  # explained: no longer evidence against other groups
         sent_w[rows] = 0.0
         now_sent = np.bincount(g.codes, weights=sent_w[member], minlength=g.count)
@@ -259,6 +270,7 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
     else:  # the last test came before the last rows were explained
         logp, _, _, _ = scaled_loss_logp(now_sent, now_lost, rate, ring, scales, min_lost)
     hit &= lost > 0
+    by[~hit] = -1
     # What is left unexplained (`logp` is its test): suspicious groups, and
     # the next window's carry.
     near_rows = np.zeros(len(sent), dtype=bool)
@@ -267,8 +279,8 @@ def pooled_loss_carried(g: Groups, sent: np.ndarray, lost: np.ndarray, hist_sent
         near_rows[member[near_group[g.codes]]] = True
     # A group carries what it explained (its fault's evidence goes on
     # adding up) and what nothing did; not what another group explained.
-    return hit, near_rows & ~hit, ring.push(np.where(done, all_sent, now_sent),
-                                            np.where(done, all_lost, now_lost))
+    return Pooled(hit, near_rows & ~hit, ring.push(np.where(done, all_sent, now_sent),
+                                                   np.where(done, all_lost, now_lost)), by)
 
 
 @dataclass
@@ -286,6 +298,9 @@ class Observation:
     tail: np.ndarray | None = None  # bool: latency from the slow tail alone (part of `latency`)
     crept: np.ndarray | None = None  # bool: slow against the slow reference (part of `latency`)
     slow_ref: np.ndarray | None = None  # the slow reference median, NaN before its first block
+    # The pooled group whose significant loss explained the row (-1: none):
+    # a group of a link all the pair's paths cross names where it was lost.
+    loss_group: np.ndarray | None = None
 
 
 @dataclass
@@ -489,9 +504,10 @@ class Detector:
         alpha = cfg.loss_alpha / max(1, len(rows) + (groups.count if groups is not None else 0))
         loss = (lost >= cfg.loss_min_lost) & (loss_p < alpha)
         suspect = np.zeros(len(rows), dtype=bool)
+        loss_group = np.full(len(rows), -1, dtype=np.int64)
         if groups is not None:  # pooled: a pair's sizes, a link's pairs
             keep = np.ones(len(rows), dtype=bool) if explained is None else ~explained
-            pooled, suspect, self.carry = pooled_loss_carried(
+            pooled, suspect, self.carry, loss_group = pooled_loss_carried(
                 groups, np.where(keep, sent, 0), np.where(keep, lost, 0), hs, hl,
                 cfg.loss_baseline, alpha, cfg.loss_min_lost, carry=self.carry,
                 near_alpha=cfg.loss_near_alpha)
@@ -548,7 +564,7 @@ class Detector:
         if slow is not None and groups is not None:
             slow = np.minimum(np.asarray(slow, dtype=np.int64), received)
             known = (self.hrecv[rows] > 0).sum(axis=1) >= cfg.lof_min_history
-            tail, tail_suspect, self.tail_carry = pooled_loss_carried(
+            tail, tail_suspect, self.tail_carry, _ = pooled_loss_carried(
                 groups, np.where(known, received, 0), np.where(known, slow, 0),
                 self.hrecv[rows].sum(axis=1), self.hslow[rows].sum(axis=1), cfg.tail_floor,
                 alpha, cfg.loss_min_lost, prior_probes=TAIL_PRIOR, carry=self.tail_carry,
@@ -578,7 +594,8 @@ class Detector:
         return Observation(latency=latency, sustained=sustained, loss=loss,
                            unreachable=unreachable, lof=lof,
                            loss_p=loss_p, loss_baseline=base, ref_median=ref_med,
-                           tail=tail, crept=crept, slow_ref=slow_med), drift
+                           tail=tail, crept=crept, slow_ref=slow_med,
+                           loss_group=loss_group), drift
 
     def _close_blocks(self, rows: np.ndarray) -> None:
         """Rows whose history ring just filled with new healthy windows: the

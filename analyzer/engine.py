@@ -11,7 +11,7 @@ import logging
 import math
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Collection, Container, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -153,6 +153,7 @@ class Analyzer:
         self._rg_ptr = np.zeros(1, dtype=np.int64)
         self._rg_codes = np.zeros(0, dtype=np.int64)
         self._group_link: list[str] = []  # group id -> link id ("" for a pair group)
+        self._link_pairs: dict[str, list[int]] = defaultdict(list)  # pairs all of whose paths cross it
         self._group_ends = np.zeros((0, 2), dtype=np.int64)  # group id -> its switches (-1: none)
         self._switch_index: dict[str, int] = {}
         self._under: dict[str, set[str]] = {}  # switch -> endpoints whose NIC hangs off it
@@ -541,13 +542,30 @@ class Analyzer:
 
     def _localize(self, anomalous: dict[Pair, str], healthy: set[Pair],
                   clears: dict[str, int] | None = None,
-                  switch_clears: Callable[[str], int] | None = None) -> list[Finding]:
+                  switch_clears: Callable[[str], int] | None = None,
+                  pooled: Mapping[Pair, str] | None = None) -> list[Finding]:
         def candidates(pair: Pair) -> dict[str, float]:
             symptom = anomalous.get(pair)
             return self._route_candidates(pair, symptom) if symptom else self._candidates(pair)
         return localize(anomalous, healthy, self.dead | self._silent, candidates,
                         lambda p: self.overlay.round_trip(*p), self._switches_of, clears,
-                        switch_clears, self._host_of, self._container_of)
+                        switch_clears, self._host_of, self._container_of, pooled)
+
+    def _pooled_links(self, obs: Observation, pid: np.ndarray, anomalous: Mapping[Pair, str]
+                      ) -> dict[Pair, str]:
+        """Anomalous pairs whose losses the pooled test of a link all their
+        paths cross explained, and that link: its pairs' losses together over
+        the windows were significant, which says where even when this
+        window's healthy pairs on it outnumber the lossy ones."""
+        if obs.loss_group is None:
+            return {}
+        out: dict[Pair, str] = {}
+        for i in np.flatnonzero(obs.loss_group >= 0).tolist():
+            link = self._group_link[int(obs.loss_group[i])]
+            pair = self._pairs[int(pid[i])]
+            if link and pair in anomalous:
+                out.setdefault(pair, link)
+        return out
 
     def _switches_of(self, link: str) -> tuple[str, ...]:
         return tuple(x for x in self.topo.links.get(link, ()) if x in self.topo.switches)
@@ -776,7 +794,8 @@ class Analyzer:
                     memo.append(self._switch_clears(groups, pid, healthy_rows, routed))
                 return memo[0].get(sw, 0)
 
-            findings = self._localize(anomalous, healthy, clears, switch_clears)
+            findings = self._localize(anomalous, healthy, clears, switch_clears,
+                                      self._pooled_links(obs, pid, anomalous))
             strong = self._strong_pairs(pid, obs.sustained, sent - lost)
             tail_only = self._tail_only_pairs(pid, obs)
             # Each pair's probes this window: a loss incident's "clean" windows
@@ -881,6 +900,9 @@ class Analyzer:
                 self._pairs.append(pair)
                 self._by_endpoint[pair[0]].add(pair)
                 self._by_endpoint[pair[1]].add(pair)
+                for link, wt in self._spread(pair).items():
+                    if wt >= CERTAIN:
+                        self._link_pairs[link].append(p_id)
             new_pid[k] = p_id
             # Pooled and cleared only on links every path of the pair crosses:
             # a traced route is one flow's path, not all of the pair's probes.
@@ -1050,18 +1072,19 @@ class Analyzer:
             # already holds refines that incident (a more certain component
             # replaces its guess, id kept) or just keeps it open.
             held = self._overlapping(f, open_map, key)
+            own = open_map.get(key) or (open_map[held] if held is not None else None)
+            if own is not None and f.symptom == self.incidents[own].symptom == "loss" and \
+                    counts is not None and not self._still_lossy(self.incidents[own], counts):
+                # A probe or two lost on a few of a loss incident's pairs,
+                # while its pairs together lose no more than healthy ones
+                # do: the fault is over (a spine back up; the odd healthy
+                # loss on a pair it crossed stands out only against the
+                # fault's own windows). Neither a finding nor a reason to
+                # keep the incident open.
+                faded.add(own)
+                continue
             if held is not None:
                 inc = self.incidents[open_map[held]]
-                if f.symptom == inc.symptom == "loss" and counts is not None and \
-                        not self._still_lossy(inc, counts):
-                    # A probe or two lost on a few of a loss incident's
-                    # pairs, while its pairs together lose no more than
-                    # healthy ones do: the fault is over (a spine back up;
-                    # the odd healthy loss on a pair it crossed stands out
-                    # only against the fault's own windows). Neither a
-                    # finding nor a reason to keep the incident open.
-                    faded.add(inc.id)
-                    continue
                 seen_keys.add(held)
                 self._vote(inc, f)
                 if (_RANK.get(f.component.type, 0) > _RANK.get(inc.component.type, 0)
@@ -1168,7 +1191,7 @@ class Analyzer:
 
     def _vote(self, inc: Incident, f: Finding) -> None:
         """Count a link or switch finding towards the incident it belongs to."""
-        if {f.component.type, inc.component.type} <= _FABRIC:
+        if {f.component.type, inc.component.type} <= _FABRIC and not f.evidence.get("pooled_loss"):
             votes = self._votes.setdefault(inc.id, {})
             key = (f.component.type, f.component.id)
             votes[key] = votes.get(key, 0.0) + f.confidence
@@ -1248,6 +1271,10 @@ class Analyzer:
                     < self.cfg.close_loss_alpha:
                 return True
         ids = [self._pair_id[p] for p in inc.pairs if p in self._pair_id]
+        if inc.component.type == "link":
+            # and every other pair all of whose paths cross the link: a slow
+            # loss takes a probe of another of its pairs each window
+            ids = sorted(set(ids) | set(self._link_pairs.get(inc.component.id, ())))
         if not ids:
             return False
         expected = float(counts[0][ids].sum())
@@ -1279,9 +1306,10 @@ class Analyzer:
             # first few failing pairs met (_moves).
             best = self._mostly_crossing(
                 open_map, key, lambda k: k[0] in _FABRIC and self._related(k, key))
-        if best is None and f.component.type == "endpoint":
-            # Pairs nothing explained, most of which may cross an open
-            # link's or switch's incident: that fault's unrouted victims.
+        if best is None and (f.component.type == "endpoint" or f.evidence.get("pooled_loss")):
+            # Pairs nothing explained (or only their link's pooled loss),
+            # most of which may cross an open link's or switch's incident:
+            # that fault's unrouted victims.
             for k in open_map:
                 if k[0] in ("link", "switch", "host"):
                     n = sum(1 for p in f.pairs if self._may_cross(p, k))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from analyzer.overlay import Trace
@@ -37,6 +37,7 @@ Pair = tuple[str, str]
 Candidates = Callable[[Pair], Mapping[str, float]]
 # A weight that is a sum of route shares may miss 1 by rounding: still certain.
 CERTAIN = 1.0 - 1e-9
+POOLED_CONFIDENCE = 0.4  # a link named by its pairs' pooled loss alone: a weak finding
 OverlayTrace = Callable[[Pair], Trace]
 SwitchesOf = Callable[[str], tuple[str, ...]]  # link id -> the switches at its ends
 HostOf = Callable[[str], str | None]  # link id -> the host of the NIC at one end, if any
@@ -62,11 +63,14 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
              clears: Mapping[str, int] | None = None,
              switch_clears: Callable[[str], int] | None = None,
              host_of: HostOf | None = None,
-             container_of: Callable[[str], str | None] | None = None) -> list[Finding]:
+             container_of: Callable[[str], str | None] | None = None,
+             pooled: Mapping[Pair, str] | None = None) -> list[Finding]:
     """`clears`: healthy pairs per link all their paths cross, when the caller
     has it counted already (else counted here from `healthy`);
     `switch_clears`: the same per switch (healthy pairs certainly crossing
-    it), asked only when named links could be one switch's fault."""
+    it), asked only when named links could be one switch's fault;
+    `pooled`: pairs whose loss the pooled test of a link all their paths
+    cross explained, and that link."""
     findings: list[Finding] = []
     by_agent: dict[str, list[Pair]] = defaultdict(list)
     network: dict[Pair, str] = {}
@@ -112,6 +116,9 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
     explained = {p for ps in nic_pairs.values() for p in ps}
     rest = {p: s for p, s in rest.items() if p not in explained}
     links, unexplained = _underlay_findings(rest, healthy, candidates, clears)
+    slow_loss, links = _pooled_findings(unexplained, links, rest, pooled or {}, candidates,
+                                        switches_of)
+    unexplained -= {p for f in slow_loss for p in f.pairs}
     if switches_of:
         sw_of = switches_of
 
@@ -125,9 +132,13 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
                 for sw in crossed(pair):
                     tally[sw] += 1
             switch_clears = lambda sw: tally.get(sw, 0)  # noqa: E731
+        # Not merged into a switch (one NIC link each, a spine link's loss
+        # hits many of them), but a failed switch's finding takes their pairs.
         links = _absorb_into_switches(
-            _merge_switches(links, switches_of, crossed, list(rest), switch_clears),
+            _merge_switches(links, switches_of, crossed, list(rest), switch_clears) + slow_loss,
             candidates, switches_of)
+    else:
+        links += slow_loss
     # After the switches: a dead ToR's links include one NIC of each host
     # under it, which must not join another NIC's trouble to make a host.
     findings += _merge_hosts(links, host_of) if host_of else links
@@ -139,6 +150,51 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
                                 evidence={"reason": "no overlay break, no link accused more than "
                                                     "healthy pairs clear it, no NIC disagreement"}))
     return findings
+
+
+def _pooled_findings(unexplained: set[Pair], links: list[Finding], rest: Mapping[Pair, str],
+                     pooled: Mapping[Pair, str], candidates: Candidates,
+                     switches_of: SwitchesOf | None) -> tuple[list[Finding], list[Finding]]:
+    """(findings from pooled loss, `links` less the pairs those took).
+
+    A slow loss on a link few pairs cross: each window one or two of its
+    pairs lose a probe and the others clear it, yet their losses added up
+    over the windows were the significant test (`pooled`: the link all of a
+    lossy pair's paths cross whose pooled loss explained it). That names
+    the link, weakly, for pairs nothing else explained, or that a link
+    finding holds more weakly still (one lossy pair between two ToRs votes
+    for every spine link it may cross, and no healthy pair clears those);
+    a guessed endpoint would be another pair's each window, and never the
+    same finding twice. Not where two such links meet at a switch: the
+    pooled groups are the links every path crosses (a NIC's), so a lossy
+    ToR or spine link makes several of its NICs' groups significant, and
+    none of them is the fault."""
+    weak = {p: f.component.id for f in links if f.confidence < POOLED_CONFIDENCE
+            for p in f.pairs}
+    by_link: dict[str, list[Pair]] = defaultdict(list)
+    for p in sorted(unexplained | set(weak)):
+        link = pooled.get(p)
+        if link and link != weak.get(p) and rest.get(p) == "loss" \
+                and candidates(p).get(link, 0.0) >= CERTAIN:
+            by_link[link].append(p)
+    if switches_of is not None:
+        meets: dict[str, int] = defaultdict(int)
+        for link in by_link:
+            for sw in switches_of(link):
+                meets[sw] += 1
+        by_link = {k: v for k, v in by_link.items()
+                   if all(meets[sw] == 1 for sw in switches_of(k))}
+    taken = {p for ps in by_link.values() for p in ps}
+    kept = [f if not taken & set(f.pairs) else replace(f, pairs=[p for p in f.pairs
+                                                                  if p not in taken])
+            for f in links]
+    return [Finding(component=Component("link", link), layer="underlay", symptom="loss",
+                    pairs=pairs, confidence=POOLED_CONFIDENCE,
+                    evidence={"reason": "the pairs crossing this link lost more probes "
+                                        "together, over the last windows, than their healthy "
+                                        "rates explain", "pooled_loss": True,
+                              "votes": {link: float(len(pairs))}})
+            for link, pairs in sorted(by_link.items())], [f for f in kept if f.pairs]
 
 
 def _overlay_findings(network: Mapping[Pair, str], traces: Mapping[Pair, Trace]) -> list[Finding]:

@@ -126,10 +126,10 @@ def test_a_slow_loss_is_carried_to_the_next_window_and_kept_out_of_the_baseline(
     g = Groups(indptr=np.arange(n + 1), codes=np.zeros(n, dtype=np.int64), count=1)
     hist = np.zeros(n)
     args = dict(floor=0.005, alpha=0.005, min_lost=3, near_alpha=0.1)
-    hit1, near1, carry = pooled_loss_carried(g, sent, lost, hist, hist, **args)
+    hit1, near1, carry, _ = pooled_loss_carried(g, sent, lost, hist, hist, **args)
     assert not hit1.any() and near1[lost > 0].all() and carry.lost_sum[0] == 5
-    hit2, _, _ = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **args)
-    alone, _, _ = pooled_loss_carried(g, sent, lost, hist, hist, **args)
+    hit2, _, _, _ = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **args)
+    alone, _, _, _ = pooled_loss_carried(g, sent, lost, hist, hist, **args)
     assert hit2.any() and not alone.any()
 
 
@@ -158,7 +158,7 @@ def test_a_probe_lost_a_window_on_a_link_few_pairs_cross_adds_up_over_windows():
     for k, row in enumerate([0, 3, 5, 1, 6]):
         lost = np.zeros(n, dtype=np.int64)
         lost[row] = 1 + k % 2
-        hit, _, carry = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **SLOW)
+        hit, _, carry, _ = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **SLOW)
         found.append(np.flatnonzero(hit).tolist())
     assert found == [[], [], [], [1], [6]]
 
@@ -179,7 +179,7 @@ def test_losses_at_the_healthy_rate_do_not_add_up_to_an_alarm():
     carry, alarms = None, 0
     for _ in range(200):
         lost = rng.binomial(sent, 2e-3)
-        hit, _, carry = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **args)
+        hit, _, carry, _ = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **args)
         alarms += int(hit.any())
     assert alarms <= 2
 
@@ -199,9 +199,9 @@ def test_a_pooled_slow_tail_blames_only_rows_whose_own_probes_are_slow():
     g = Groups(indptr=np.arange(n + 1), codes=np.zeros(n, dtype=np.int64), count=1)
     h_recv, h_slow = np.full(n, 300.0), np.full(n, 15.0)  # 5 % of healthy probes slow
     args = dict(floor=0.02, alpha=0.005, min_lost=3, prior_probes=30.0)
-    hit, _, _ = pooled_loss_carried(g, received, slow, h_recv, h_slow, own_alpha=OWN_ALPHA, **args)
+    hit, _, _, _ = pooled_loss_carried(g, received, slow, h_recv, h_slow, own_alpha=OWN_ALPHA, **args)
     assert hit.tolist() == [True] * 5 + [False] * 5
-    everyone, _, _ = pooled_loss_carried(g, received, slow, h_recv, h_slow, **args)
+    everyone, _, _, _ = pooled_loss_carried(g, received, slow, h_recv, h_slow, **args)
     assert everyone.all()
 
 

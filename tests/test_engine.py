@@ -192,6 +192,26 @@ def test_a_probe_lost_a_window_adds_up_to_an_incident_dated_where_it_began(engin
     assert incs[0].start == pytest.approx(T0 + began * W, abs=0.01)
 
 
+def test_a_link_losing_probes_of_another_pair_each_window_is_named(engine):
+    """A slow loss on a link few pairs cross: each window one of endpoint
+    0's pairs loses two probes in 300, another pair each time, and its
+    other pairs clear its link. No one window names the link; its pairs
+    together over the windows are the significant test, and that names it
+    (before: a guessed endpoint or spine link, another each window)."""
+    mine = sorted(of_endpoint(0))
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    opened = []
+    for k in range(h, h + 9):
+        opened += [(k, i) for i in feed(engine, k, bad={mine[k % len(mine)]}, lost=2)
+                   if i.id not in {i.id for _, i in opened}]
+    link = f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}"
+    assert [i.component for _, i in opened] == [Component("link", link)]
+    assert len(engine.list_incidents()) == 1
+    assert opened[0][1].confidence < 0.5  # named by the pooled test alone: weak
+
+
 def test_a_probe_lost_after_a_loss_ended_does_not_hold_its_incident_open(engine):
     """Half of an endpoint's probes lost for four windows, then none; two
     windows later one of its pairs loses one probe (a healthy path does,

@@ -406,3 +406,35 @@ def test_an_agent_silent_for_longer_than_the_history_stays_the_agent(tmp_path):
     assert named(incidents) == [("agent", LAY.endpoint(4, 0), "agent")], [
         (i["component"], i["start"] - T0) for i in incidents]
     assert incidents[0]["end"] is None
+
+
+def test_a_pooled_loss_names_its_link_unless_two_such_links_meet_at_a_switch():
+    """One pair lost probes; a2's other pairs clear its link and a1's its
+    own. Alone, nothing explains it (a guessed endpoint). The pooled test
+    found it among a1's link's pairs, lossy over the windows: that names
+    a1's link, weakly. When a2's link was pooled-lossy too in the same
+    window, both meeting at T0 say the loss is above them, and neither is
+    named."""
+    from analyzer.localize import POOLED_CONFIDENCE, localize
+
+    up = {"a1": "T0", "a2": "T0", "a3": "T0", "a4": "T0"}
+
+    def candidates(pair):
+        return {f"{pair[0]}~{up[pair[0]]}": 1.0, f"{pair[1]}~{up[pair[1]]}": 1.0}
+
+    def switches_of(link):
+        return ("T0",)
+
+    lossy = {("a1", "a2"): "loss"}
+    healthy = {("a1", "a3"), ("a1", "a4"), ("a2", "a3"), ("a2", "a4")}
+    alone = localize(lossy, healthy, set(), candidates, switches_of=switches_of)
+    assert [f.component.type for f in alone] == ["endpoint"]
+    found = localize(lossy, healthy, set(), candidates, switches_of=switches_of,
+                     pooled={("a1", "a2"): "a1~T0"})
+    assert [(f.component.type, f.component.id, f.pairs) for f in found] == [
+        ("link", "a1~T0", [("a1", "a2")])]
+    assert found[0].confidence == POOLED_CONFIDENCE < 0.5
+    lossy[("a3", "a4")] = "loss"
+    both = localize(lossy, healthy - {("a1", "a3")}, set(), candidates, switches_of=switches_of,
+                    pooled={("a1", "a2"): "a1~T0", ("a3", "a4"): "a3~T0"})
+    assert [f.component.type for f in both] == ["endpoint"]
