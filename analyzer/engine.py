@@ -153,7 +153,7 @@ class Analyzer:
         self._rg_ptr = np.zeros(1, dtype=np.int64)
         self._rg_codes = np.zeros(0, dtype=np.int64)
         self._group_link: list[str] = []  # group id -> link id ("" for a pair group)
-        self._link_pairs: dict[str, list[int]] = defaultdict(list)  # pairs all of whose paths cross it
+        self._pair_codes: list[list[int]] = []  # pair id -> its loss-pooling groups
         self._group_ends = np.zeros((0, 2), dtype=np.int64)  # group id -> its switches (-1: none)
         self._switch_index: dict[str, int] = {}
         self._under: dict[str, set[str]] = {}  # switch -> endpoints whose NIC hangs off it
@@ -900,23 +900,34 @@ class Analyzer:
                 self._pairs.append(pair)
                 self._by_endpoint[pair[0]].add(pair)
                 self._by_endpoint[pair[1]].add(pair)
-                for link, wt in self._spread(pair).items():
-                    if wt >= CERTAIN:
-                        self._link_pairs[link].append(p_id)
+                # Pooled and cleared only on links every path of the pair
+                # crosses: a traced route is one flow's path, not all of the
+                # pair's probes.
+                certain = [link for link, wt in self._spread(pair).items() if wt >= CERTAIN]
+                codes = []
+                for g in [("pair", *pair)] + [("link", link, "") for link in certain]:
+                    code = gid.get(g)
+                    if code is None:
+                        code = gid[g] = len(gid)
+                        self._group_link.append(g[1] if g[0] == "link" else "")
+                    codes.append(code)
+                self._pair_codes.append(codes)
             new_pid[k] = p_id
-            # Pooled and cleared only on links every path of the pair crosses:
-            # a traced route is one flow's path, not all of the pair's probes.
-            for g in [("pair", *pair)] + [("link", link, "") for link, wt in
-                                          self._spread(pair).items() if wt >= CERTAIN]:
-                code = gid.get(g)
-                if code is None:
-                    code = gid[g] = len(gid)
-                    self._group_link.append(g[1] if g[0] == "link" else "")
-                new_codes.append(code)
+            new_codes += self._pair_codes[p_id]
             new_ptr.append(base + len(new_codes))
         self._row_pair = np.concatenate([self._row_pair, new_pid])
         self._rg_codes = np.concatenate([self._rg_codes, np.asarray(new_codes, dtype=np.int64)])
         self._rg_ptr = np.concatenate([self._rg_ptr, np.asarray(new_ptr, dtype=np.int64)])
+
+    def _pairs_crossing(self, link: str) -> np.ndarray:
+        """Ids of the pairs all of whose paths cross the link (its pooling
+        group's rows), read from the groups' CSR arrays when asked."""
+        code = self._group_ids.get(("link", link, ""))
+        if code is None:
+            return np.zeros(0, dtype=np.int64)
+        at = np.flatnonzero(self._rg_codes == code)
+        rows = np.searchsorted(self._rg_ptr, at, side="right") - 1
+        return np.unique(self._row_pair[rows])
 
     def _loss_groups(self, rows: np.ndarray) -> Groups:
         indptr, idx = csr_rows(self._rg_ptr, rows)
@@ -1274,7 +1285,7 @@ class Analyzer:
         if inc.component.type == "link":
             # and every other pair all of whose paths cross the link: a slow
             # loss takes a probe of another of its pairs each window
-            ids = sorted(set(ids) | set(self._link_pairs.get(inc.component.id, ())))
+            ids = sorted(set(ids) | set(self._pairs_crossing(inc.component.id).tolist()))
         if not ids:
             return False
         expected = float(counts[0][ids].sum())

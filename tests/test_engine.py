@@ -212,6 +212,22 @@ def test_a_link_losing_probes_of_another_pair_each_window_is_named(engine):
     assert opened[0][1].confidence < 0.5  # named by the pooled test alone: weak
 
 
+def test_a_link_incident_stays_open_while_its_other_pairs_lose_probes(engine):
+    """Found on two of endpoint 0's pairs, the link's loss goes on hitting
+    its third pair only: the link still loses more than healthy links do,
+    so its incident is not over, though its own pairs are now clean."""
+    mine = sorted(of_endpoint(0))
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    opened = feed(engine, h, bad=set(mine[:2]))
+    link = f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}"
+    assert [(i.component.id, i.pairs) for i in opened] == [(link, mine[:2])]
+    for k in range(h + 1, h + 2 + engine.cfg.close_windows):
+        feed(engine, k, bad={mine[2]}, lost=2)
+    assert [(i.id, i.end) for i in engine.list_incidents()] == [(opened[0].id, None)]
+
+
 def test_a_probe_lost_after_a_loss_ended_does_not_hold_its_incident_open(engine):
     """Half of an endpoint's probes lost for four windows, then none; two
     windows later one of its pairs loses one probe (a healthy path does,
