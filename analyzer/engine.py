@@ -409,6 +409,37 @@ class Analyzer:
             got = self._route_link_cache[(pair, src, route)] = (known, len(known) == len(links))
         return got
 
+    @staticmethod
+    def _slow_beside(f: Finding, anomalous: Mapping[Pair, str], edge: set[Pair]) -> Finding:
+        """A slow finding is not made a loss finding by lossy pairs an open
+        incident at the edge already explains: joined to a congested spine
+        link's slow pairs (its route crossed it), one such pair made the
+        congestion a loss finding, which opens at once where a slowdown must
+        last. Those pairs are left to their own incident."""
+        if f.symptom == "latency" or not any(anomalous.get(p) == "latency" for p in f.pairs):
+            return f
+        theirs = [p for p in f.pairs if anomalous.get(p) != "latency" and p in edge]
+        if len(theirs) < sum(1 for p in f.pairs if anomalous.get(p) != "latency"):
+            return f
+        rest = [p for p in f.pairs if p not in theirs]
+        return dataclasses.replace(f, pairs=rest,
+                                   symptom=worst_symptom(anomalous[p] for p in rest))
+
+    def _held_at_edge(self) -> set[Pair]:
+        """Pairs an open loss incident holds on a NIC's link, a NIC, a host
+        or an agent: their losses, found or not this window, are that
+        edge's. Counted on their routes, a NIC link's slow loss adds up over
+        the windows on every spine link its flows cross, and one stray loss
+        of another pair there then makes a spine link look lossy."""
+        out: set[Pair] = set()
+        for inc_id in self._open.values():
+            inc = self.incidents[inc_id]
+            c = inc.component
+            if inc.symptom == "loss" and (c.type in ("nic", "host", "agent")
+                                          or (c.type == "link" and self._host_of(c.id))):
+                out.update(inc.pairs)
+        return out
+
     def _lossy_links(self, tests: int, known: set[Pair], gone: set[str]
                      ) -> dict[Pair, dict[str, list[int]]]:
         """Loss per link from every routed probe that crossed it, lost ones
@@ -420,9 +451,10 @@ class Analyzer:
         lasted as well as this one, like the pooled groups (detect.Carry);
         the evidence is the most telling span's probes. Returns the
         pairs whose lost probes crossed a lossy link, with that evidence.
-        Pairs already anomalous (`known`) or touching a stopped agent (`gone`)
-        are left out: their losses are explained, and would make every link
-        on their routes look lossy to the pairs beside them."""
+        Pairs already anomalous or held at the edge (`known`) or touching a
+        stopped agent (`gone`) are left out: their losses are explained, and
+        would make every link on their routes look lossy to the pairs beside
+        them."""
         cfg = self.cfg
         rt = self._rt
         use = np.array([not (p in known or p[0] in gone or p[1] in gone) for p in rt.pairs],
@@ -766,6 +798,7 @@ class Analyzer:
                 anomalous[pair] = symptom
                 evidence[pair] = {f"size_{int(b.size[i])}": _window_evidence(b, obs, i)
                                   for i in idx}
+        edge = self._held_at_edge()
         for pair, ev in self._lossy_links(len(b), set(anomalous), gone).items():
             if pair not in anomalous:
                 anomalous[pair] = "loss"
@@ -794,8 +827,8 @@ class Analyzer:
                     memo.append(self._switch_clears(groups, pid, healthy_rows, routed))
                 return memo[0].get(sw, 0)
 
-            findings = self._localize(anomalous, healthy, clears, switch_clears,
-                                      self._pooled_links(obs, pid, anomalous))
+            findings = [self._slow_beside(f, anomalous, edge) for f in self._localize(
+                anomalous, healthy, clears, switch_clears, self._pooled_links(obs, pid, anomalous))]
             strong = self._strong_pairs(pid, obs.sustained, sent - lost)
             tail_only = self._tail_only_pairs(pid, obs)
             # Each pair's probes this window: a loss incident's "clean" windows
@@ -1120,7 +1153,8 @@ class Analyzer:
             # The same fault may be named by another component from one window
             # to the next (its link, then its switch when other pairs join):
             # a streak follows the pairs, not the name.
-            st = (before.get(key) or _continued(before, f.pairs, partial(self._related, key))
+            st = (before.get(key)
+                  or _continued(before, f.pairs, partial(self._may_follow, key, before))
                   or _Streak(0, start))
             # A window slow for most of its length counts twice, except after
             # windows that had only a slow tail: a tail then a slow window can
@@ -1130,15 +1164,16 @@ class Analyzer:
             count, first = st.count + (2 if double else 1), st.first
             tails = st.tails and f.symptom == "latency" and all(p in tail_only for p in f.pairs)
             pairs = frozenset(f.pairs)
+            guess = f.component.type == "endpoint" or bool(f.evidence.get("pooled_loss"))
             if key in advanced:
                 # One component named twice in one window (two sets of its
                 # links) is one window of evidence, not two: counted twice,
                 # an 18 s congestion over two windows opened an incident.
                 prev = streaks[key]
                 count, first = max(count, prev.count), min(first, prev.first)
-                tails, pairs = tails and prev.tails, pairs | prev.pairs
+                tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
             advanced.add(key)
-            streaks[key] = _Streak(count, first, tails, pairs)
+            streaks[key] = _Streak(count, first, tails, pairs, guess)
             # A finding nothing explains (an endpoint guess), or one the votes
             # barely favour (a link healthy pairs also cross, or one of
             # indistinguishable twins), is weak evidence: it must hold a
@@ -1199,6 +1234,13 @@ class Analyzer:
                 changed.append(inc)
                 log.warning("incident %s closed", inc.id)
         return changed
+
+    def _may_follow(self, key: tuple[str, str], before: dict[tuple[str, str], _Streak],
+                    k: tuple[str, str]) -> bool:
+        """Whether a finding named `key` may continue last window's streak
+        `k`: a related component, or any after a guess (an endpoint, or a
+        link named by a pooled loss alone, which may be either end's)."""
+        return self._related(key, k) or before[k].guess
 
     def _vote(self, inc: Incident, f: Finding) -> None:
         """Count a link or switch finding towards the incident it belongs to."""
@@ -1507,6 +1549,7 @@ class _Streak:
     first: float
     tails: bool = True
     pairs: frozenset[Pair] = frozenset()
+    guess: bool = False  # named by nothing surer than a guess or a pooled loss: any name may follow
 
 
 def _continued(streaks: dict[tuple[str, str], _Streak], pairs: Sequence[Pair],

@@ -786,3 +786,43 @@ def test_a_switch_named_by_later_windows_takes_over_its_links_incident(engine):
                                  engine._streak, engine._persist)
     (inc,) = engine.list_incidents()
     assert inc.component == spine and set(inc.pairs) == set(cross)
+
+
+def test_a_run_of_windows_that_began_with_a_pooled_guess_starts_there(engine):
+    """A lost probe of a pair is put on one end's link by the pooled test
+    (either end's group may be the significant one); the next window the
+    other end's link is named surely. That is one run from the first
+    window, as after an endpoint guess: the incident starts there."""
+    from analyzer.localize import Finding
+
+    pair = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))  # under two ToRs: the links touch nothing
+    wrong, right = (f"{LAY.nic(h, 0)}~{LAY.tor(0, LAY.tor_index(h))}" for h in (2, 0))
+    guess = Finding(Component("link", wrong), "underlay", "loss", [pair], 0.4,
+                    {"pooled_loss": True})
+    sure = Finding(Component("link", right), "underlay", "loss", [pair], 1.0, {})
+
+    def step(k, f):
+        return engine._update_incidents(T0 + k * W, [f], {}, {pair}, {pair: "loss"},
+                                        engine._open, engine._streak, lambda _s: 2)
+
+    assert step(0, guess) == []
+    opened = step(1, sure)
+    assert [(i.component.id, i.start) for i in opened] == [(right, T0)]
+
+
+def test_lossy_pairs_an_edge_incident_holds_do_not_make_a_congestion_a_loss():
+    """A congested spine link's slow pairs and one lossy pair whose route
+    crossed it, which an open NIC-link incident holds: the finding stays a
+    slowdown (which must last) without that pair; a lossy pair nothing
+    holds still makes it a loss finding."""
+    from analyzer.localize import Finding
+
+    slow = [("a", "b"), ("c", "d")]
+    held = ("e", "f")
+    f = Finding(Component("link", "S0~T0"), "underlay", "loss", [*slow, held], 0.5, {})
+    anomalous = {**dict.fromkeys(slow, "latency"), held: "loss"}
+    got = Analyzer._slow_beside(f, anomalous, {held})
+    assert (got.symptom, got.pairs) == ("latency", slow)
+    assert Analyzer._slow_beside(f, anomalous, set()) is f
+    lossy_only = Finding(Component("link", "e~T0"), "underlay", "loss", [held], 0.5, {})
+    assert Analyzer._slow_beside(lossy_only, anomalous, {held}) is lossy_only
