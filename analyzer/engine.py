@@ -427,10 +427,8 @@ class Analyzer:
 
     def _held_at_edge(self) -> set[Pair]:
         """Pairs an open loss incident holds on a NIC's link, a NIC, a host
-        or an agent: their losses, found or not this window, are that
-        edge's. Counted on their routes, a NIC link's slow loss adds up over
-        the windows on every spine link its flows cross, and one stray loss
-        of another pair there then makes a spine link look lossy."""
+        or an agent: their losses are that edge's, wherever else their
+        routes went (see `_slow_beside`)."""
         out: set[Pair] = set()
         for inc_id in self._open.values():
             inc = self.incidents[inc_id]
@@ -451,10 +449,9 @@ class Analyzer:
         lasted as well as this one, like the pooled groups (detect.Carry);
         the evidence is the most telling span's probes. Returns the
         pairs whose lost probes crossed a lossy link, with that evidence.
-        Pairs already anomalous or held at the edge (`known`) or touching a
-        stopped agent (`gone`) are left out: their losses are explained, and
-        would make every link on their routes look lossy to the pairs beside
-        them."""
+        Pairs already anomalous (`known`) or touching a stopped agent (`gone`)
+        are left out: their losses are explained, and would make every link
+        on their routes look lossy to the pairs beside them."""
         cfg = self.cfg
         rt = self._rt
         use = np.array([not (p in known or p[0] in gone or p[1] in gone) for p in rt.pairs],
