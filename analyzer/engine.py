@@ -153,7 +153,6 @@ class Analyzer:
         self._rg_ptr = np.zeros(1, dtype=np.int64)
         self._rg_codes = np.zeros(0, dtype=np.int64)
         self._group_link: list[str] = []  # group id -> link id ("" for a pair group)
-        self._pair_codes: list[list[int]] = []  # pair id -> its loss-pooling groups
         self._group_ends = np.zeros((0, 2), dtype=np.int64)  # group id -> its switches (-1: none)
         self._switch_index: dict[str, int] = {}
         self._under: dict[str, set[str]] = {}  # switch -> endpoints whose NIC hangs off it
@@ -416,14 +415,11 @@ class Analyzer:
         link's slow pairs (its route crossed it), one such pair made the
         congestion a loss finding, which opens at once where a slowdown must
         last. Those pairs are left to their own incident."""
-        if f.symptom == "latency" or not any(anomalous.get(p) == "latency" for p in f.pairs):
+        slow = [p for p in f.pairs if anomalous.get(p) == "latency"]
+        if f.symptom == "latency" or not slow or \
+                not all(p in edge for p in f.pairs if anomalous.get(p) != "latency"):
             return f
-        theirs = [p for p in f.pairs if anomalous.get(p) != "latency" and p in edge]
-        if len(theirs) < sum(1 for p in f.pairs if anomalous.get(p) != "latency"):
-            return f
-        rest = [p for p in f.pairs if p not in theirs]
-        return dataclasses.replace(f, pairs=rest,
-                                   symptom=worst_symptom(anomalous[p] for p in rest))
+        return dataclasses.replace(f, pairs=slow, symptom="latency")
 
     def _held_at_edge(self) -> set[Pair]:
         """Pairs an open loss incident holds on a NIC's link, a NIC, a host
@@ -795,7 +791,6 @@ class Analyzer:
                 anomalous[pair] = symptom
                 evidence[pair] = {f"size_{int(b.size[i])}": _window_evidence(b, obs, i)
                                   for i in idx}
-        edge = self._held_at_edge()
         for pair, ev in self._lossy_links(len(b), set(anomalous), gone).items():
             if pair not in anomalous:
                 anomalous[pair] = "loss"
@@ -824,6 +819,7 @@ class Analyzer:
                     memo.append(self._switch_clears(groups, pid, healthy_rows, routed))
                 return memo[0].get(sw, 0)
 
+            edge = self._held_at_edge()
             findings = [self._slow_beside(f, anomalous, edge) for f in self._localize(
                 anomalous, healthy, clears, switch_clears, self._pooled_links(obs, pid, anomalous))]
             strong = self._strong_pairs(pid, obs.sustained, sent - lost)
@@ -930,20 +926,16 @@ class Analyzer:
                 self._pairs.append(pair)
                 self._by_endpoint[pair[0]].add(pair)
                 self._by_endpoint[pair[1]].add(pair)
-                # Pooled and cleared only on links every path of the pair
-                # crosses: a traced route is one flow's path, not all of the
-                # pair's probes.
-                certain = [link for link, wt in self._spread(pair).items() if wt >= CERTAIN]
-                codes = []
-                for g in [("pair", *pair)] + [("link", link, "") for link in certain]:
-                    code = gid.get(g)
-                    if code is None:
-                        code = gid[g] = len(gid)
-                        self._group_link.append(g[1] if g[0] == "link" else "")
-                    codes.append(code)
-                self._pair_codes.append(codes)
             new_pid[k] = p_id
-            new_codes += self._pair_codes[p_id]
+            # Pooled and cleared only on links every path of the pair crosses:
+            # a traced route is one flow's path, not all of the pair's probes.
+            for g in [("pair", *pair)] + [("link", link, "") for link, wt in
+                                          self._spread(pair).items() if wt >= CERTAIN]:
+                code = gid.get(g)
+                if code is None:
+                    code = gid[g] = len(gid)
+                    self._group_link.append(g[1] if g[0] == "link" else "")
+                new_codes.append(code)
             new_ptr.append(base + len(new_codes))
         self._row_pair = np.concatenate([self._row_pair, new_pid])
         self._rg_codes = np.concatenate([self._rg_codes, np.asarray(new_codes, dtype=np.int64)])
@@ -1161,7 +1153,7 @@ class Analyzer:
             count, first = st.count + (2 if double else 1), st.first
             tails = st.tails and f.symptom == "latency" and all(p in tail_only for p in f.pairs)
             pairs = frozenset(f.pairs)
-            guess = f.component.type == "endpoint" or bool(f.evidence.get("pooled_loss"))
+            guess = _guessed(f)
             if key in advanced:
                 # One component named twice in one window (two sets of its
                 # links) is one window of evidence, not two: counted twice,
@@ -1241,7 +1233,7 @@ class Analyzer:
 
     def _vote(self, inc: Incident, f: Finding) -> None:
         """Count a link or switch finding towards the incident it belongs to."""
-        if {f.component.type, inc.component.type} <= _FABRIC and not f.evidence.get("pooled_loss"):
+        if {f.component.type, inc.component.type} <= _FABRIC and not _guessed(f):
             votes = self._votes.setdefault(inc.id, {})
             key = (f.component.type, f.component.id)
             votes[key] = votes.get(key, 0.0) + f.confidence
@@ -1356,7 +1348,7 @@ class Analyzer:
             # first few failing pairs met (_moves).
             best = self._mostly_crossing(
                 open_map, key, lambda k: k[0] in _FABRIC and self._related(k, key))
-        if best is None and (f.component.type == "endpoint" or f.evidence.get("pooled_loss")):
+        if best is None and _guessed(f):
             # Pairs nothing explained (or only their link's pooled loss),
             # most of which may cross an open link's or switch's incident:
             # that fault's unrouted victims.
@@ -1546,7 +1538,13 @@ class _Streak:
     first: float
     tails: bool = True
     pairs: frozenset[Pair] = frozenset()
-    guess: bool = False  # named by nothing surer than a guess or a pooled loss: any name may follow
+    guess: bool = False  # named by a guess (_guessed): any name may follow
+
+
+def _guessed(f: Finding) -> bool:
+    """Named by nothing surer than a guess: an endpoint nothing explained,
+    or a link only a pooled loss named (either end's of a lone pair)."""
+    return f.component.type == "endpoint" or bool(f.evidence.get("pooled_loss"))
 
 
 def _continued(streaks: dict[tuple[str, str], _Streak], pairs: Sequence[Pair],

@@ -185,8 +185,8 @@ def _pooled_findings(unexplained: set[Pair], links: list[Finding], rest: Mapping
         by_link = {k: v for k, v in by_link.items()
                    if all(meets[sw] == 1 for sw in switches_of(k))}
     taken = {p for ps in by_link.values() for p in ps}
-    kept = [f if not taken & set(f.pairs) else replace(f, pairs=[p for p in f.pairs
-                                                                  if p not in taken])
+    kept = [f if taken.isdisjoint(f.pairs) else replace(f, pairs=[p for p in f.pairs
+                                                                   if p not in taken])
             for f in links]
     return [Finding(component=Component("link", link), layer="underlay", symptom="loss",
                     pairs=pairs, confidence=POOLED_CONFIDENCE,
