@@ -66,6 +66,10 @@ ONSET_WINDOWS = 12
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
 _RANK = {"agent": 6, "vswitch_rule": 5, "nic": 4, "host": 3, "switch": 2, "link": 2,
          "endpoint": 0}
+# Facts about where one flow's packets go (a broken rule, a NIC's stale copy
+# of one): they lose or misdeliver that flow's packets and slow nothing.
+_FLOW_FACTS = {"vswitch_rule", "nic"}
+_LOSSY = ("loss", "unreachable")
 
 
 @dataclass(frozen=True)
@@ -1143,7 +1147,7 @@ class Analyzer:
             # to the next (its link, then its switch when other pairs join):
             # a streak follows the pairs, not the name.
             st = (before.get(key)
-                  or _continued(before, f.pairs, partial(self._may_follow, key, before))
+                  or _continued(before, f.pairs, partial(self._may_follow, f, before))
                   or _Streak(0, start))
             # A window slow for most of its length counts twice, except after
             # windows that had only a slow tail: a tail then a slow window can
@@ -1201,7 +1205,7 @@ class Analyzer:
                 continue
             inc = self.incidents[inc_id]
             seen = [p for p in inc.pairs if p in observed]
-            if seen and (inc_id in faded or not any(p in anomalous for p in inc.pairs)):
+            if seen and (inc_id in faded or not self._shows(inc, anomalous)):
                 if counts is not None and inc.symptom == "loss" and self._still_lossy(inc, counts):
                     # Losses short of significance, but more than the pairs'
                     # healthy rates explain: a weak fault between detections,
@@ -1224,12 +1228,23 @@ class Analyzer:
                 log.warning("incident %s closed", inc.id)
         return changed
 
-    def _may_follow(self, key: tuple[str, str], before: dict[tuple[str, str], _Streak],
+    @staticmethod
+    def _shows(inc: Incident, anomalous: Mapping[Pair, str]) -> bool:
+        """Whether this window's anomalies are the incident's kind: a flow's
+        fact that lost probes is not kept open by its pairs being slow."""
+        if inc.component.type in _FLOW_FACTS and inc.symptom in _LOSSY:
+            return any(anomalous.get(p) in _LOSSY for p in inc.pairs)
+        return any(p in anomalous for p in inc.pairs)
+
+    def _may_follow(self, f: Finding, before: dict[tuple[str, str], _Streak],
                     k: tuple[str, str]) -> bool:
-        """Whether a finding named `key` may continue last window's streak
-        `k`: a related component, or any after a guess (an endpoint, or a
-        link named by a pooled loss alone, which may be either end's)."""
-        return self._related(key, k) or before[k].guess
+        """Whether finding `f` may continue last window's streak `k`: a
+        related component, or any after a guess (an endpoint, or a link
+        named by a pooled loss alone, which may be either end's); not a
+        flow's fact the finding is mostly not about (_stands_for)."""
+        key = (f.component.type, f.component.id)
+        shared = sum(1 for p in f.pairs if p in before[k].pairs)
+        return (self._related(key, k) or before[k].guess) and _stands_for(k[0], shared, f)
 
     def _vote(self, inc: Incident, f: Finding) -> None:
         """Count a link or switch finding towards the incident it belongs to."""
@@ -1265,7 +1280,7 @@ class Analyzer:
         pairs at their healthy rate; a spine link's leaves the ToR's own
         pairs clean). Loss only: a short congestion slows a whole switch for
         a window, which says nothing about where probes are lost."""
-        lossy = ("loss", "unreachable")
+        lossy = _LOSSY
         net = f.evidence.get("failing_minus_healthy_pairs", {})
         if not (f.component.type == "switch" and inc.component.type == "link"
                 and f.symptom in lossy and inc.symptom in lossy
@@ -1335,7 +1350,7 @@ class Analyzer:
         best, best_n = None, 0
         for k, inc_id in open_map.items():
             n = _half_shared(mine, self.incidents[inc_id].pairs)
-            if n > best_n:
+            if n > best_n and _stands_for(k[0], n, f):
                 best, best_n = k, n
         if best is None and f.component.type in ("link", "switch", "host"):
             # An open guess about pairs that mostly may cross this component:
@@ -1545,6 +1560,15 @@ def _guessed(f: Finding) -> bool:
     """Named by nothing surer than a guess: an endpoint nothing explained,
     or a link only a pooled loss named (either end's of a lone pair)."""
     return f.component.type == "endpoint" or bool(f.evidence.get("pooled_loss"))
+
+
+def _stands_for(kind: str, shared: int, f: Finding) -> bool:
+    """Whether an incident or streak about a component of type `kind`,
+    sharing `shared` of finding `f`'s pairs, may stand for it. A flow's fact
+    (a broken rule, a NIC's stale flow) explains its own pairs only: a
+    vaguer finding mostly about others (their host slow) is another fault."""
+    return (kind not in _FLOW_FACTS or 2 * shared >= len(f.pairs)
+            or _RANK.get(f.component.type, 0) > _RANK[kind])
 
 
 def _continued(streaks: dict[tuple[str, str], _Streak], pairs: Sequence[Pair],

@@ -315,3 +315,40 @@ def test_the_same_dump_again_leaves_the_tables_and_traces_alone():
     assert t.trace(LAY.endpoint(0, 0), LAY.endpoint(1, 0)) is before
     t.set_host(VSwitchDump(LAY.host(0), 7.0, _switch(0), datapath=(IN_OK, _out(1, "drop"))))
     assert _trip(t) == ("nic", LAY.nic(0, 0))
+
+
+def test_a_slow_host_after_its_nics_stale_flow_is_its_own_incident():
+    """A NIC's stale flow dropped one pair's probes; the tables are right
+    again, and from then on the whole host is slow (CI once: an incident
+    that stayed open 150 s after its fault). A stale flow decides where a
+    flow's packets go, not how fast they arrive: the slow host is an
+    incident of its own, and the NIC's closes once its pair stops losing."""
+    eng = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig())
+
+    def tables(datapath: tuple[DatapathRule, ...]) -> None:
+        for h in range(LAY.hosts):
+            eng.set_vswitch(VSwitchDump(LAY.host(h), 0.0, _switch(h),
+                                        datapath=datapath if h == 0 else None))
+
+    pairs = [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for r in range(LAY.rails)
+             for a in range(LAY.hosts) for b in range(a + 1, LAY.hosts)]
+    dropped = (LAY.endpoint(0, 0), LAY.endpoint(1, 0))
+    host0 = {p for p in pairs if LAY.endpoint(0, 0) in p or LAY.endpoint(0, 1) in p}
+    t0 = 1_700_000_010.0 // 30 * 30
+    tables((IN_OK, _out(1, "drop")))
+    for k in range(28):  # ten healthy windows, two lossy, then the host slow
+        s = t0 + 30 * k
+        if k == 12:
+            tables((IN_OK, _out(1)))
+        us = 200 if k >= 12 else 100
+        eng.add_windows([WindowStats(*p, s, s + 30, 64, 300, 300) if k in (10, 11) and p == dropped
+                         else WindowStats(*p, s, s + 30, 64, 300, 0, us - 10, us - 5, us, us + 5,
+                                          us, 3, us + 20) if p in host0
+                         else WindowStats(*p, s, s + 30, 64, 300, 0, 90, 95, 100, 105, 100, 3, 120)
+                         for p in pairs])
+        eng.tick(s + 35)
+    got = {(i.component.type, i.component.id): i for i in eng.list_incidents()}
+    assert set(got) == {("nic", LAY.nic(0, 0)), ("host", LAY.host(0))}
+    nic, host = got[("nic", LAY.nic(0, 0))], got[("host", LAY.host(0))]
+    assert nic.end == t0 + 12 * 30, "the NIC's incident ends where its pair stopped losing"
+    assert (host.symptom, host.end, host.start) == ("latency", None, t0 + 12 * 30)
