@@ -550,7 +550,7 @@ class Analyzer:
             return self._candidates(pair)
         lo, hi = int(rt.pstart[k]), int(rt.pstart[k + 1])
         # Per entry: its lost probes, or its probes when the route was slow.
-        w = rt.v[lo:hi, 1] if symptom in ("loss", "unreachable") else np.where(
+        w = rt.v[lo:hi, 1] if symptom in _LOSSY else np.where(
             rt.slow()[lo:hi], rt.v[lo:hi, 0], 0.0)
         total = float(w.sum())
         share = {(rt.src[lo + i], rt.route[lo + i]): float(w[i]) / total
@@ -627,7 +627,7 @@ class Analyzer:
         agent's, their losses are explained, and would make every link on
         their routes look lossy to the pairs beside them."""
         hosts = {inc.component.id for inc in self._open_incidents("host")
-                 if inc.symptom in ("loss", "unreachable")}
+                 if inc.symptom in _LOSSY}
         if not hosts:
             return set()
         if self._endpoints_of_host is None:  # once: this runs every window while one is open
@@ -1280,10 +1280,9 @@ class Analyzer:
         pairs at their healthy rate; a spine link's leaves the ToR's own
         pairs clean). Loss only: a short congestion slows a whole switch for
         a window, which says nothing about where probes are lost."""
-        lossy = _LOSSY
         net = f.evidence.get("failing_minus_healthy_pairs", {})
         if not (f.component.type == "switch" and inc.component.type == "link"
-                and f.symptom in lossy and inc.symptom in lossy
+                and f.symptom in _LOSSY and inc.symptom in _LOSSY
                 and isinstance(net, dict) and net.get(f.component.id, 0) > 0
                 and f.component.id in self._switches_of(inc.component.id)):
             return False
