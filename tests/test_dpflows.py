@@ -281,14 +281,19 @@ def test_a_cache_says_nothing_of_what_it_does_not_hold_and_the_last_read_stands(
     assert _trip(t) == ("ok", None)
 
 
+def _dumps(eng: Analyzer, datapath: tuple[DatapathRule, ...] | None) -> None:
+    """Every host's tables as its agent sends them; host 0's datapath read too."""
+    for h in range(LAY.hosts):
+        eng.set_vswitch(VSwitchDump(LAY.host(h), 0.0, _switch(h),
+                                    datapath=datapath if h == 0 else None))
+
+
 def test_a_nic_with_a_stale_flow_is_the_incident_not_its_link():
     """Every probe of one pair lost: with the datapath read, the NIC whose
     flow drops them; without it, the network's vote could only guess."""
     def incidents(datapath: tuple[DatapathRule, ...] | None) -> list[tuple[str, str, str]]:
         eng = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig())
-        for h in range(LAY.hosts):
-            eng.set_vswitch(VSwitchDump(LAY.host(h), 0.0, _switch(h),
-                                        datapath=datapath if h == 0 else None))
+        _dumps(eng, datapath)
         a, b = LAY.endpoint(0, 0), LAY.endpoint(1, 0)
         t0 = 1_700_000_010.0 // 30 * 30
         for k in range(2):
@@ -324,22 +329,16 @@ def test_a_slow_host_after_its_nics_stale_flow_is_its_own_incident():
     flow's packets go, not how fast they arrive: the slow host is an
     incident of its own, and the NIC's closes once its pair stops losing."""
     eng = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig())
-
-    def tables(datapath: tuple[DatapathRule, ...]) -> None:
-        for h in range(LAY.hosts):
-            eng.set_vswitch(VSwitchDump(LAY.host(h), 0.0, _switch(h),
-                                        datapath=datapath if h == 0 else None))
-
     pairs = [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for r in range(LAY.rails)
              for a in range(LAY.hosts) for b in range(a + 1, LAY.hosts)]
     dropped = (LAY.endpoint(0, 0), LAY.endpoint(1, 0))
     host0 = {p for p in pairs if LAY.endpoint(0, 0) in p or LAY.endpoint(0, 1) in p}
     t0 = 1_700_000_010.0 // 30 * 30
-    tables((IN_OK, _out(1, "drop")))
+    _dumps(eng, (IN_OK, _out(1, "drop")))
     for k in range(28):  # ten healthy windows, two lossy, then the host slow
         s = t0 + 30 * k
         if k == 12:
-            tables((IN_OK, _out(1)))
+            _dumps(eng, (IN_OK, _out(1)))
         us = 200 if k >= 12 else 100
         eng.add_windows([WindowStats(*p, s, s + 30, 64, 300, 300) if k in (10, 11) and p == dropped
                          else WindowStats(*p, s, s + 30, 64, 300, 0, us - 10, us - 5, us, us + 5,
