@@ -405,6 +405,10 @@ def _absorb_into_switches(found: list[Finding], candidates: Candidates,
     return out
 
 
+# The symptoms of lost probes (as against slow ones).
+LOSSY = ("loss", "unreachable")
+
+
 def worst_symptom(symptoms: Iterable[str]) -> str:
     s = set(symptoms)
     for name in ("unreachable", "loss", "latency", "degradation"):

@@ -106,9 +106,9 @@ def test_route_sums_agree_with_the_per_window_loop(recording):
     engine = Analyzer(topo, AnalyzerConfig())
     checked = 0
     for _, _, part in batch.by_window():
-        engine._note_routes(part)
+        engine.routes.note(part)
         want = _reference_by_route(engine, part.windows())
-        got = {p: engine._rt.of(p) for p in engine._rt.pairs}
+        got = {p: engine.routes.sums.of(p) for p in engine.routes.sums.pairs}
         assert got.keys() == want.keys()
         for pair, per in want.items():
             assert got[pair].keys() == per.keys()
@@ -117,7 +117,7 @@ def test_route_sums_agree_with_the_per_window_loop(recording):
         checked += sum(len(p) for p in want.values())
     assert checked > 100
     # Some routes were found slow: the fault is in the recording.
-    assert engine._rt.slow().any()
+    assert engine.routes.sums.slow().any()
 
 
 def test_live_and_offline_windows_give_the_same_incidents(recording):

@@ -10,9 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from analyzer.engine import FAULT, INCONCLUSIVE, OK, Analyzer, _EntryLinks
+from analyzer.engine import FAULT, INCONCLUSIVE, OK, Analyzer
 from analyzer.localize import localize
 from analyzer.paths import UnderlayPaths
+from analyzer.routes import _EntryLinks
 from netskel.arrays import find_sorted
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
