@@ -12,7 +12,7 @@ import math
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -34,6 +34,16 @@ from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.routes import RouteEvidence
 from analyzer.store import IncidentStore
+from analyzer.verdicts import (
+    FAULT,
+    INCONCLUSIVE,
+    NO_WINDOW,
+    OK,
+    CheckOutcome,
+    Diagnosis,
+    PairVerdict,
+    overall,
+)
 from netskel.arrays import csr_rows, row_nanmedian, unique
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
@@ -41,14 +51,9 @@ from netskel.model import AgentState, Incident, VSwitchDump, WindowStats, pair_k
 from netskel.topology import Topology
 
 log = logging.getLogger(__name__)
-DEFAULT_RANGE_S = 300.0
+DEFAULT_RANGE_S = 300.0  # what Diagnose looks back over when the ask names no range
 
-OK, FAULT, INCONCLUSIVE = "NETWORK_OK", "NETWORK_FAULT", "INCONCLUSIVE"
-NO_WINDOW = "no probe window in range"  # the reason of an INCONCLUSIVE verdict with no data
 MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" credible
-# How certain a component type is, when two findings name the same pairs: an
-# agent that stopped, a rule the tables show broken or a NIC whose offloaded
-# table disagrees are facts; a link is a vote; an endpoint is a guess.
 DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is what matters)
 # Findings less certain than this wait a window longer before they open an incident.
 WEAK_CONFIDENCE = 0.5
@@ -57,41 +62,17 @@ WEAK_CONFIDENCE = 0.5
 # a slow loss found over up to 8 windows began as far back, and its change of
 # rate needs healthy windows before it).
 ONSET_WINDOWS = 12
-# A host is named only where links of several of its NICs failed together:
-# more specific than any one of those links.
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
+# How certain a component type is, when two findings name the same pairs: an
+# agent that stopped, a rule the tables show broken or a NIC whose offloaded
+# table disagrees are facts; a link is a vote; an endpoint is a guess. A host
+# is named only where links of several of its NICs failed together: more
+# specific than any one of those links.
 _RANK = {"agent": 6, "vswitch_rule": 5, "nic": 4, "host": 3, "switch": 2, "link": 2,
          "endpoint": 0}
 # Facts about where one flow's packets go (a broken rule, a NIC's stale copy
 # of one): they lose or misdeliver that flow's packets and slow nothing.
 _FLOW_FACTS = {"vswitch_rule", "nic"}
-
-
-@dataclass(frozen=True)
-class PairVerdict:
-    pair: Pair
-    verdict: str
-    reason: str
-    route_from: str = ""  # the endpoint whose agent traced `route`
-    route: str = ""       # latest traced underlay route from there, switch ids joined by ">"
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    verdict: str
-    pairs: list[PairVerdict]
-    incidents: list[Incident]
-    check_findings: list[Incident] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    """An active check judged: why each checked pair is anomalous (absent:
-    healthy), and the components those anomalies point to now."""
-
-    checked: set[Pair]
-    reasons: dict[Pair, str]
-    findings: list[Incident]
 
 
 @dataclass
@@ -1150,30 +1131,6 @@ class Analyzer:
                                confidence=f.confidence, evidence=f.evidence)
                       for k, f in enumerate(findings)])
 
-    @staticmethod
-    def with_check(d: Diagnosis, outcome: CheckOutcome, unchecked: dict[Pair, str],
-                   asked: Collection[Pair]) -> Diagnosis:
-        """A diagnosis from state, overruled by an active check where the
-        check measured: its result is seconds old, the state's minutes.
-        `asked`: the pairs the check was run for; a pair first monitored
-        while it ran (its first window arrived meanwhile) is in the
-        diagnosis but was never checked, and says so."""
-        verdicts = []
-        for v in d.pairs:
-            if v.pair in outcome.reasons:
-                v = dataclasses.replace(v, verdict=FAULT,
-                                        reason=f"active check: {outcome.reasons[v.pair]}")
-            elif v.pair in outcome.checked:
-                v = dataclasses.replace(v, verdict=OK, reason="active check: every size healthy")
-            elif v.pair in unchecked:
-                v = dataclasses.replace(v, reason=f"{v.reason}; not checked: {unchecked[v.pair]}")
-            elif v.pair not in asked and v.pair[0] != v.pair[1]:
-                v = dataclasses.replace(v, reason=f"{v.reason}; not checked: first monitored "
-                                                  "while the check ran")
-            verdicts.append(v)
-        return Diagnosis(verdict=_overall(verdicts), pairs=verdicts, incidents=d.incidents,
-                         check_findings=outcome.findings)
-
     def diagnose(self, endpoints: Sequence[str], pairs: Sequence[Pair], start: float, end: float,
                  now: float) -> Diagnosis:
         self._check_ask(endpoints, pairs)
@@ -1211,16 +1168,10 @@ class Analyzer:
         verdicts = [dataclasses.replace(v, route_from=self.routes.latest[v.pair][0],
                                         route=self.routes.latest[v.pair][1])
                     if v.pair in self.routes.latest else v for v in verdicts]
-        return Diagnosis(verdict=_overall(verdicts), pairs=verdicts,
+        return Diagnosis(verdict=overall(verdicts), pairs=verdicts,
                          incidents=sorted(incidents.values(), key=lambda i: i.id))
 
 
-
-
-def _overall(verdicts: list[PairVerdict]) -> str:
-    """Any fault is a fault; otherwise any doubt is inconclusive."""
-    kinds = {v.verdict for v in verdicts}
-    return FAULT if FAULT in kinds else INCONCLUSIVE if INCONCLUSIVE in kinds else OK
 
 
 def _contains(sorted_ids: np.ndarray, x: int) -> bool:

@@ -17,6 +17,7 @@ import grpc
 from analyzer import metrics
 from analyzer.engine import Analyzer
 from analyzer.localize import Pair
+from analyzer.verdicts import with_check
 from netskel import serde
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
@@ -125,8 +126,8 @@ class NetDiagService(dpb_grpc.NetDiagServicer):
         with self.lock:
             d = self.engine.diagnose(endpoints, pairs, request.start, request.end, self.clock())
             if request.active_check:
-                d = self.engine.with_check(d, self.engine.judge_check(windows, self.clock()),
-                                           unchecked, set(checked))
+                d = with_check(d, self.engine.judge_check(windows, self.clock()),
+                               unchecked, set(checked))
         return dpb.DiagnoseResponse(
             verdict=serde.VERDICTS[d.verdict],
             incidents=[serde.incident_to_pb(i) for i in d.incidents],

@@ -10,10 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from analyzer.engine import FAULT, INCONCLUSIVE, OK, Analyzer
+from analyzer.engine import Analyzer
 from analyzer.localize import localize
 from analyzer.paths import UnderlayPaths
 from analyzer.routes import _EntryLinks
+from analyzer.verdicts import FAULT, INCONCLUSIVE, OK, with_check
 from netskel.arrays import find_sorted
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
@@ -359,7 +360,7 @@ def test_active_check_overrules_state_and_localizes_what_it_measured(engine):
     # One pair was not monitored yet when the check was asked for: its
     # first window came while the check ran. It was never checked.
     late = unchecked.popitem()[0]
-    m = engine.with_check(d, out, unchecked, set(rail_pairs(0)) - {late})
+    m = with_check(d, out, unchecked, set(rail_pairs(0)) - {late})
     by_pair = {v.pair: v for v in m.pairs}
     assert by_pair[late].verdict == OK
     assert by_pair[late].reason.endswith("; not checked: first monitored while the check ran")

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from analyzer.engine import NO_WINDOW
+from analyzer.verdicts import NO_WINDOW
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.config import AnalyzerConfig
