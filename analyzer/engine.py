@@ -23,7 +23,6 @@ from analyzer.detect import (
     STATS,
     Detector,
     DriftReport,
-    Groups,
     Observation,
     poisson_sf,
 )
@@ -32,6 +31,7 @@ from analyzer.localize import CERTAIN, LOSSY, Finding, Pair, localize, worst_sym
 from analyzer.onset import drift_onset, ending, onset
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
+from analyzer.pooling import PoolingGroups
 from analyzer.routes import RouteEvidence
 from analyzer.store import IncidentStore
 from analyzer.verdicts import (
@@ -44,7 +44,7 @@ from analyzer.verdicts import (
     PairVerdict,
     overall,
 )
-from netskel.arrays import csr_rows, row_nanmedian, unique
+from netskel.arrays import row_nanmedian, unique
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
 from netskel.model import AgentState, Incident, VSwitchDump, WindowStats, pair_key
@@ -107,12 +107,7 @@ class Analyzer:
         self._pairs: list[Pair] = []            # pair id -> pair
         self._pair_id: dict[Pair, int] = {}
         self._row_pair = np.zeros(0, dtype=np.int64)  # detector row -> pair id
-        # detector row -> loss-pooling groups, as CSR arrays
-        self._rg_ptr = np.zeros(1, dtype=np.int64)
-        self._rg_codes = np.zeros(0, dtype=np.int64)
-        self._group_link: list[str] = []  # group id -> link id ("" for a pair group)
-        self._group_ends = np.zeros((0, 2), dtype=np.int64)  # group id -> its switches (-1: none)
-        self._switch_index: dict[str, int] = {}
+        self.groups = PoolingGroups(self._switches_of)  # detector row -> loss-pooling groups
         self._under: dict[str, set[str]] = {}  # switch -> endpoints whose NIC hangs off it
         # This window's probes sent and lost per pair id (refining an incident reads them).
         self._win_sent: np.ndarray = np.zeros(0)
@@ -138,8 +133,6 @@ class Analyzer:
         self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
         self._silent: set[str] = set()
         self.overlay = OverlayTables(topo)
-        self._pair_groups: dict[Pair, list[int]] = {}
-        self._group_ids: dict[tuple[str, str, str], int] = {}
         self.dead: set[str] = set()
         # Endpoints whose agent deregistered (left on purpose), and when:
         # probes toward them around that time are lost by design.
@@ -350,7 +343,7 @@ class Analyzer:
             return {}
         out: dict[Pair, str] = {}
         for i in np.flatnonzero(obs.loss_group >= 0).tolist():
-            link = self._group_link[int(obs.loss_group[i])]
+            link = self.groups.link_of[int(obs.loss_group[i])]
             pair = self._pairs[int(pid[i])]
             if link and pair in anomalous:
                 out.setdefault(pair, link)
@@ -429,7 +422,7 @@ class Analyzer:
         rows = self.detector.rows_for_columns(b.names, b.src, b.dst, b.size)
         self._index_rows()
         stats, sent, lost, slow = b.stats, b.sent, b.lost, b.slow
-        groups = self._loss_groups(rows)
+        groups = self.groups.of_rows(rows)
         pid = self._row_pair[rows]
         pair_sent, pair_lost = self._note_sums(start, pid, stats, sent, lost)
         gone = self.dead | self._silent | self._on_lossy_hosts()
@@ -479,7 +472,7 @@ class Analyzer:
             healthy = {self._pairs[i]
                        for i in np.setdiff1d(seen_ids, bad_pairs, assume_unique=True).tolist()}
             healthy_rows = np.flatnonzero(~np.isin(pid, bad_pairs))
-            clears = self._link_clears(groups, pid, healthy_rows)
+            clears = self.groups.link_clears(groups, pid, healthy_rows)
             routed = self.routes.clears(healthy)
             for link, n in routed.items():
                 clears[link] = max(clears.get(link, 0), n)
@@ -487,7 +480,7 @@ class Analyzer:
 
             def switch_clears(sw: str) -> int:
                 if not memo:
-                    memo.append(self._switch_clears(groups, pid, healthy_rows, routed))
+                    memo.append(self.groups.switch_clears(groups, pid, healthy_rows, routed))
                 return memo[0].get(sw, 0)
 
             edge = self._held_at_edge()
@@ -578,17 +571,13 @@ class Analyzer:
     def _index_rows(self) -> None:
         """Pair id and loss-pooling groups of detector rows added since the
         last window: each pair's sizes pool together, and with every pair
-        crossing the same link (links all its paths cross). Kept as CSR
-        arrays so a window's groups are gathered without a Python loop."""
+        crossing the same link (links all its paths cross)."""
         keys = self.detector.keys
-        start = len(self._rg_ptr) - 1
+        start = len(self._row_pair)
         if start == len(keys):
             return
         new_pid = np.empty(len(keys) - start, dtype=np.int64)
-        new_codes: list[int] = []
-        new_ptr: list[int] = []
-        base = int(self._rg_ptr[-1])
-        gid = self._group_ids
+        rows: list[tuple[Pair, list[str]]] = []
         for k, (src, dst, _size) in enumerate(keys[start:]):
             pair = pair_key(src, dst)
             p_id = self._pair_id.get(pair)
@@ -598,83 +587,14 @@ class Analyzer:
                 self._by_endpoint[pair[0]].add(pair)
                 self._by_endpoint[pair[1]].add(pair)
             new_pid[k] = p_id
-            # Pooled and cleared only on links every path of the pair crosses:
-            # a traced route is one flow's path, not all of the pair's probes.
-            for g in [("pair", *pair)] + [("link", link, "") for link, wt in
-                                          self.routes.spread(pair).items() if wt >= CERTAIN]:
-                code = gid.get(g)
-                if code is None:
-                    code = gid[g] = len(gid)
-                    self._group_link.append(g[1] if g[0] == "link" else "")
-                new_codes.append(code)
-            new_ptr.append(base + len(new_codes))
+            rows.append((pair, [link for link, wt in self.routes.spread(pair).items()
+                                if wt >= CERTAIN]))
         self._row_pair = np.concatenate([self._row_pair, new_pid])
-        self._rg_codes = np.concatenate([self._rg_codes, np.asarray(new_codes, dtype=np.int64)])
-        self._rg_ptr = np.concatenate([self._rg_ptr, np.asarray(new_ptr, dtype=np.int64)])
+        self.groups.extend(rows)
 
     def _pairs_crossing(self, link: str) -> np.ndarray:
-        """Ids of the pairs all of whose paths cross the link (its pooling
-        group's rows), read from the groups' CSR arrays when asked."""
-        code = self._group_ids.get(("link", link, ""))
-        if code is None:
-            return np.zeros(0, dtype=np.int64)
-        at = np.flatnonzero(self._rg_codes == code)
-        rows = np.searchsorted(self._rg_ptr, at, side="right") - 1
-        return np.unique(self._row_pair[rows])
-
-    def _loss_groups(self, rows: np.ndarray) -> Groups:
-        indptr, idx = csr_rows(self._rg_ptr, rows)
-        return Groups(indptr, self._rg_codes[idx], len(self._group_ids))
-
-    @staticmethod
-    def _healthy_pair_groups(groups: Groups, pid: np.ndarray, healthy_rows: np.ndarray
-                             ) -> tuple[np.ndarray, np.ndarray]:
-        """(owner, group code) for each group of each healthy pair, one row
-        per pair (a pair's sizes share its groups): pairs counted once."""
-        order = np.argsort(pid[healthy_rows], kind="stable")
-        hr = healthy_rows[order]
-        keep = np.concatenate([[True], pid[hr][1:] != pid[hr][:-1]]) if len(hr) else hr.astype(bool)
-        rows = hr[keep]
-        starts, idx = csr_rows(groups.indptr, rows)
-        return np.repeat(np.arange(len(rows)), np.diff(starts)), groups.codes[idx]
-
-    def _link_clears(self, groups: Groups, pid: np.ndarray, healthy_rows: np.ndarray) -> dict[str, int]:
-        """Healthy pairs per link, counted once per pair, in one bincount."""
-        counts = np.bincount(self._healthy_pair_groups(groups, pid, healthy_rows)[1],
-                             minlength=groups.count)
-        return {self._group_link[g]: int(counts[g]) for g in np.flatnonzero(counts).tolist()
-                if self._group_link[g]}
-
-    def _switch_clears(self, groups: Groups, pid: np.ndarray, healthy_rows: np.ndarray,
-                       routed: dict[str, int]) -> dict[str, int]:
-        """Healthy pairs per switch: those with a link every path crosses
-        ending at it (counted once per pair, like `_link_clears`), or, where
-        more, half the routed pairs over its links (a routed path through a
-        switch uses two of its links: how a spine is cleared)."""
-        owner, codes = self._healthy_pair_groups(groups, pid, healthy_rows)
-        names = self._switch_index
-        have = len(self._group_ends)
-        if have < len(self._group_link):  # groups added since: their links' switches
-            more = np.full((len(self._group_link) - have, 2), -1, dtype=np.int64)
-            for g, link in enumerate(self._group_link[have:]):
-                for j, sw in enumerate(self._switches_of(link) if link else ()):
-                    more[g, j] = names.setdefault(sw, len(names))
-            self._group_ends = np.concatenate([self._group_ends, more])
-        sw_idx = self._group_ends[codes]  # (entries, 2)
-        who = np.repeat(owner, 2)
-        flat = sw_idx.ravel()
-        ok = flat >= 0
-        n = max(len(names), 1)
-        key = unique(who[ok] * n + flat[ok])
-        counts = np.bincount(key % n, minlength=n)
-        out = {sw: int(counts[i]) for sw, i in names.items()}
-        halves: dict[str, float] = defaultdict(float)
-        for link, c in routed.items():
-            for sw in self._switches_of(link):
-                halves[sw] += c / 2
-        for sw, h in halves.items():
-            out[sw] = max(out.get(sw, 0), int(h))
-        return out
+        """Ids of the pairs all of whose paths cross the link."""
+        return np.unique(self._row_pair[self.groups.rows_crossing(link)])
 
     def _lasted(self, symptom: str, first: float, start: float) -> bool:
         """A slowdown opens an incident only once it has lasted

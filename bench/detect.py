@@ -117,7 +117,7 @@ def window_throughput(n_pairs: int) -> dict[str, object]:
     stats = np.array([[getattr(w, f) for f in STATS] for w in batch])
     sent = np.full(len(batch), 300)
     lost = np.array([w.lost for w in batch])
-    groups = eng._loss_groups(rows)
+    groups = eng.groups.of_rows(rows)
     t = time.perf_counter()
     det.observe(rows, stats, sent, lost, T0 + 8 * W, T0 + 9 * W, groups)
     core = time.perf_counter() - t
