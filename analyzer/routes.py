@@ -107,6 +107,7 @@ class RouteEvidence:
         the batch's route entries; only the sums become Python values."""
         self.sums = RouteSums.empty()
         self.flagged = set()
+        self.link_window = {}
         if not len(b):
             return
         names = b.names
@@ -194,9 +195,8 @@ class RouteEvidence:
             self._link_names.append(link)
         return got
 
-    def lossy_links(self, tests: int, known: set[Pair], gone: set[str],
-                    held: Collection[str]
-                     ) -> dict[Pair, dict[str, list[int]]]:
+    def lossy_links(self, tests: int, known: set[Pair], gone: set[str], held: Collection[str]
+                    ) -> dict[Pair, dict[str, list[int]]]:
         """Loss per link from every routed probe that crossed it, lost ones
         included (a lost probe's route is its flow's): a link that loses a
         little of every flow through it is significant here long before any
@@ -233,7 +233,7 @@ class RouteEvidence:
         alpha = cfg.loss_alpha / max(1, tests + len(links))
         out: dict[Pair, dict[str, list[int]]] = {}
         self.link_window = {link: (float(sent[k]), float(lost[k]), float(sent[k] * rate[k]))
-                             for k, link in enumerate(links) if link in held}
+                            for k, link in enumerate(links) if link in held}
         for k, link in enumerate(links):
             if logp[k] < np.log(alpha):
                 on = (lid == self._link_index[link]) & (rt.v[ent, 1] > 0)
