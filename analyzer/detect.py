@@ -33,7 +33,9 @@ from netskel.model import RTT_STATS
 STATS = RTT_STATS
 P25, MEDIAN = 0, 1
 
-RowKey = tuple[str, str, int]
+# A row is one directed pair at one probe size over one protocol: RDMA and
+# UDP probes of a pair are two instruments, each with its own history.
+RowKey = tuple[str, str, int, str]
 
 
 @dataclass
@@ -326,6 +328,7 @@ class Detector:
         self.keys: list[RowKey] = []
         self.index: dict[RowKey, int] = {}
         self._number: dict[str, int] = {}  # endpoint -> number, for packed row keys
+        self._class: dict[tuple[int, str], int] = {}  # (size, protocol) -> number, likewise
         self._packed = True  # False once a key did not fit: the dict alone from then on
         self._packed_keys = np.zeros(0, dtype=np.int64)  # sorted
         self._packed_rows = np.zeros(0, dtype=np.int64)
@@ -356,35 +359,46 @@ class Detector:
         self.tail_carry: Carry | None = None  # ... and slow-tail groups'
 
     # -- rows -----------------------------------------------------------------
-    def rows_for(self, keys: list[RowKey]) -> np.ndarray:
+    def rows_for(self, keys: Sequence[RowKey]) -> np.ndarray:
         names: dict[str, int] = {}
-        src = [names.setdefault(a, len(names)) for a, _, _ in keys]
-        dst = [names.setdefault(b, len(names)) for _, b, _ in keys]
+        protos: dict[str, int] = {}
+        src = [names.setdefault(k[0], len(names)) for k in keys]
+        dst = [names.setdefault(k[1], len(names)) for k in keys]
+        proto = [protos.setdefault(k[3], len(protos)) for k in keys]
         return self.rows_for_columns(list(names), np.array(src, dtype=np.int64),
                                      np.array(dst, dtype=np.int64),
-                                     np.array([k[2] for k in keys], dtype=np.int64))
+                                     np.array([k[2] for k in keys], dtype=np.int64),
+                                     list(protos), np.array(proto, dtype=np.int64))
 
     def rows_for_columns(self, names: Sequence[str], src: np.ndarray, dst: np.ndarray,
-                         size: np.ndarray) -> np.ndarray:
-        """Each window's row (src, dst: indexes into names), new keys given
-        new rows in order of first appearance. Keys are packed into one
-        int64 (endpoint numbers and size) and found by one sorted search:
-        a dictionary lookup per window cost a quarter of a second in a
-        window of half a million pairs. Beyond the packing's room (2**23
-        endpoints, sizes of 2**16 bytes) every key goes through the dict."""
+                         size: np.ndarray, protos: Sequence[str], proto: np.ndarray
+                         ) -> np.ndarray:
+        """Each window's row (src, dst: indexes into names; proto into
+        protos), new keys given new rows in order of first appearance. Keys
+        are packed into one int64 (endpoint numbers, and a number per size
+        and protocol) and found by one sorted search: a dictionary lookup
+        per window cost a quarter of a second in a window of half a million
+        pairs. Beyond the packing's room (2**23 endpoints, 2**16 sizes and
+        protocols) every key goes through the dict."""
         num = self._number
         numbers = np.array([num.setdefault(x, len(num)) for x in names], dtype=np.int64)
         n = len(src)
         out = np.empty(n, dtype=np.int64)
         if not n:
             return out
-        if self._packed and (len(num) >= 1 << 23 or size.min() < 0 or size.max() >= 1 << 16):
+        # One number per (size, protocol) met: a handful, however many windows.
+        width = max(len(protos), 1)
+        both, inverse = np.unique(size * width + proto, return_inverse=True)
+        classes = np.array([self._class.setdefault((int(x) // width, protos[int(x) % width]),
+                                                   len(self._class)) for x in both.tolist()],
+                           dtype=np.int64)[inverse.reshape(-1)]
+        if self._packed and (len(num) >= 1 << 23 or len(self._class) >= 1 << 16):
             self._packed = False
         if not self._packed:
             index = self.index
             for i, k in enumerate(zip([names[j] for j in src.tolist()],
                                       [names[j] for j in dst.tolist()], size.tolist(),
-                                      strict=True)):
+                                      [protos[j] for j in proto.tolist()], strict=True)):
                 r = index.get(k)
                 if r is None:
                     r = index[k] = len(self.keys)
@@ -392,7 +406,7 @@ class Detector:
                 out[i] = r
             self._grow(len(self.keys))
             return out
-        key = (numbers[src] << 40) | (numbers[dst] << 16) | size
+        key = (numbers[src] << 40) | (numbers[dst] << 16) | classes
         found, at = find_sorted(self._packed_keys, key)
         out[found] = self._packed_rows[at[found]]
         miss = np.flatnonzero(~found)
@@ -404,7 +418,7 @@ class Detector:
             rows = len(self.keys) + rank
             for j in order.tolist():
                 i = int(miss[first[j]])
-                k = (names[int(src[i])], names[int(dst[i])], int(size[i]))
+                k = (names[int(src[i])], names[int(dst[i])], int(size[i]), protos[int(proto[i])])
                 self.index[k] = len(self.keys)
                 self.keys.append(k)
             out[miss] = rows[inverse]
@@ -433,7 +447,7 @@ class Detector:
         self._cap = cap
 
     # -- one window of rows ---------------------------------------------------
-    def judge_check(self, keys: list[RowKey], stats: np.ndarray, sent: np.ndarray,
+    def judge_check(self, keys: Sequence[RowKey], stats: np.ndarray, sent: np.ndarray,
                     lost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(loss, slow, unreachable, reference median) of an active check's
         windows, judged against the rows' histories without joining them: a

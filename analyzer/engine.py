@@ -419,7 +419,7 @@ class Analyzer:
             return []
         self._window_len = end - start
         self._note_probers(start, b)
-        rows = self.detector.rows_for_columns(b.names, b.src, b.dst, b.size)
+        rows = self.detector.rows_for_columns(b.names, b.src, b.dst, b.size, b.protos, b.proto)
         self._index_rows()
         stats, sent, lost, slow = b.stats, b.sent, b.lost, b.slow
         groups = self.groups.of_rows(rows)
@@ -578,7 +578,7 @@ class Analyzer:
             return
         new_pid = np.empty(len(keys) - start, dtype=np.int64)
         rows: list[tuple[Pair, list[str]]] = []
-        for k, (src, dst, _size) in enumerate(keys[start:]):
+        for k, (src, dst, _size, _proto) in enumerate(keys[start:]):
             pair = pair_key(src, dst)
             p_id = self._pair_id.get(pair)
             if p_id is None:
@@ -614,7 +614,7 @@ class Analyzer:
         reference become degradation findings; pairs tested clean close them."""
         by_pair: dict[Pair, list[int]] = defaultdict(list)
         for k, r in enumerate(d.rows.tolist()):
-            src, dst, _ = self.detector.keys[r]
+            src, dst, _, _ = self.detector.keys[r]
             by_pair[pair_key(src, dst)].append(k)
         anomalous = {p: "degradation" for p, ks in by_pair.items() if any(d.flagged[k] for k in ks)}
         if not anomalous and not self._open_drift:
@@ -1016,7 +1016,7 @@ class Analyzer:
         stats = np.array([[getattr(w, k) for k in STATS] for w in good],
                          dtype=np.float64).reshape(len(good), len(STATS))
         loss, slow, unreachable, ref = self.detector.judge_check(
-            [(w.src, w.dst, w.size) for w in good], stats,
+            [(w.src, w.dst, w.size, w.proto) for w in good], stats,
             np.array([w.sent for w in good]), np.array([w.lost for w in good]))
         checked: set[Pair] = set()
         notes: dict[Pair, list[str]] = defaultdict(list)

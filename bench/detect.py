@@ -113,7 +113,7 @@ def window_throughput(n_pairs: int) -> dict[str, object]:
     # The array core alone, on the same rows.
     det = eng.detector
     batch = windows(8)
-    rows = det.rows_for([(w.src, w.dst, w.size) for w in batch])
+    rows = det.rows_for([(w.src, w.dst, w.size, w.proto) for w in batch])
     stats = np.array([[getattr(w, f) for f in STATS] for w in batch])
     sent = np.full(len(batch), 300)
     lost = np.array([w.lost for w in batch])

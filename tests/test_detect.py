@@ -104,7 +104,7 @@ def test_bad_statistics_are_rejected_and_do_not_poison_history():
 
 def test_detector_history_excludes_anomalous_windows():
     det = Detector(AnalyzerConfig())
-    rows = det.rows_for([("a", "b", 64)])
+    rows = det.rows_for([("a", "b", 64, "udp")])
     base = np.array([[98, 100, 102, 95, 100, 2, 110]], dtype=np.float64)
     for k in range(6):
         det.observe(rows, base + k * 0.1, np.array([300]), np.array([0]), 30.0 * k, 30.0 * k + 30)
@@ -300,7 +300,8 @@ def test_rows_something_else_explains_stay_out_of_the_pooled_groups():
 
     det = Detector(AnalyzerConfig())
     n = 12  # rows 0-5 the host's pairs, 6-11 bystanders; all cross one link
-    rows = det.rows_for([("h", f"x{i}", 64) if i < 6 else ("y", f"x{i}", 64) for i in range(n)])
+    rows = det.rows_for([("h", f"x{i}", 64, "udp") if i < 6 else ("y", f"x{i}", 64, "udp")
+                         for i in range(n)])
     stats = np.tile(np.array([98, 100, 102, 95, 100, 2, 110], dtype=np.float64), (n, 1))
     sent = np.full(n, 30)
     g = Groups(indptr=np.arange(n + 1), codes=np.zeros(n, dtype=np.int64), count=1)
@@ -311,7 +312,8 @@ def test_rows_something_else_explains_stay_out_of_the_pooled_groups():
     obs, _ = det.observe(rows, stats, sent, lost, 90.0, 120.0, g, explained=host)
     assert not obs.loss[~host].any()
     det2 = Detector(AnalyzerConfig())
-    rows2 = det2.rows_for([("h", f"x{i}", 64) if i < 6 else ("y", f"x{i}", 64) for i in range(n)])
+    rows2 = det2.rows_for([("h", f"x{i}", 64, "udp") if i < 6 else ("y", f"x{i}", 64, "udp")
+                           for i in range(n)])
     for k in range(3):
         det2.observe(rows2, stats, sent, np.zeros(n, dtype=np.int64), 30.0 * k, 30.0 * k + 30, g)
     pooled, _ = det2.observe(rows2, stats, sent, lost, 90.0, 120.0, g)
@@ -338,31 +340,37 @@ def test_short_congestions_of_different_switches_in_a_row_do_not_chain(tmp_path)
     assert incidents == [], [(i["component"], i["start"] - T0) for i in incidents]
 
 
-@pytest.mark.parametrize("big_size_at", [None, 3])
-def test_rows_by_packed_keys_number_windows_as_a_dictionary_would(big_size_at):
+@pytest.mark.parametrize("packed", [True, False])
+def test_rows_by_packed_keys_number_windows_as_a_dictionary_would(packed):
     """Rows are found by packed int64 keys and a sorted search; the
-    reference numbers (src, dst, size) keys in a dictionary, new keys in
-    order of first appearance. Batches name their endpoints in any order;
-    tuple and column calls share one numbering; a size past the packing's
-    room (64 KiB) moves everything to the dictionary, consistently."""
+    reference numbers (src, dst, size, protocol) keys in a dictionary, new
+    keys in order of first appearance. Batches name their endpoints and
+    protocols in any order; tuple and column calls share one numbering; a
+    pair's RDMA and UDP probes of one size are two rows (two instruments,
+    two histories); past the packing's room the dictionary alone numbers
+    them the same."""
     rng = np.random.default_rng(5)
     det = Detector(AnalyzerConfig())
-    ref: dict[tuple[str, str, int], int] = {}
+    det._packed = packed
+    ref: dict[tuple[str, str, int, str], int] = {}
     eps = [f"h{i}/rnic0" for i in range(40)]
     for call in range(8):
         n = int(rng.integers(1, 300))
         a, b = rng.integers(0, len(eps), n), rng.integers(0, len(eps), n)
-        size = rng.choice([64, 256, 1024, 4096], n)
-        if call == big_size_at:
-            size[0] = 70_000
-        keys = [(eps[x], eps[y], int(s)) for x, y, s in zip(a, b, size, strict=True)]
+        size = rng.choice([64, 256, 1024, 4096, 70_000], n)
+        proto = rng.choice(["rdma", "udp"], n)
+        keys = [(eps[x], eps[y], int(s), str(p))
+                for x, y, s, p in zip(a, b, size, proto, strict=True)]
         want = [ref.setdefault(k, len(ref)) for k in keys]
         if call % 2:
             got = det.rows_for(keys)
         else:
             names = [eps[i] for i in rng.permutation(len(eps))]
             code = {x: i for i, x in enumerate(names)}
+            protos = ["udp", "rdma"] if call % 4 else ["rdma", "udp"]
             got = det.rows_for_columns(names, np.array([code[k[0]] for k in keys]),
-                                       np.array([code[k[1]] for k in keys]), size)
+                                       np.array([code[k[1]] for k in keys]), size, protos,
+                                       np.array([protos.index(k[3]) for k in keys]))
         assert got.tolist() == want
         assert det.keys == list(ref)
+    assert len({k[:3] for k in ref}) < len(ref)  # some pair and size over both protocols

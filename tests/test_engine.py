@@ -828,3 +828,31 @@ def test_lossy_pairs_an_edge_incident_holds_do_not_make_a_congestion_a_loss():
     assert Analyzer._slow_beside(f, anomalous, set()) is f
     lossy_only = Finding(Component("link", "e~T0"), "underlay", "loss", [held], 0.5, {})
     assert Analyzer._slow_beside(lossy_only, anomalous, {held}) is lossy_only
+
+
+def test_a_pair_probed_over_another_protocol_is_judged_by_that_protocols_history(engine):
+    """RDMA and UDP probes of one pair are two instruments: UDP's RTT
+    through the kernel is several times RDMA's. Pairs probed over UDP
+    again (their targets came back without an RDMA device, as after a
+    container restart) are judged against their UDP history, not against
+    the RDMA windows in between, which read the slower instrument as a
+    latency fault on every pair."""
+    def at(k: int, proto: str, base: float) -> list[WindowStats]:
+        start = T0 + k * W
+        return [WindowStats(a, b, start, start + W, 64, 300, 0, base - 3, base - 1, base,
+                            base + 1, base, 1, base + 7, proto=proto)
+                for r in range(2) for a, b in rail_pairs(r)]
+    k = 0
+    for proto, base, windows in (("udp", 50.0, 6), ("rdma", 12.0, 12), ("udp", 50.0, 5)):
+        for _ in range(windows):
+            assert engine.add_windows(at(k, proto, base)) == []
+            engine.tick(T0 + (k + 1) * W + 5)
+            k += 1
+    assert engine.list_incidents() == []
+    # The rows are kept apart, not merged: a real slowdown over UDP still shows.
+    for _ in range(4):
+        assert engine.add_windows(at(k, "udp", 150.0)) == []
+        engine.tick(T0 + (k + 1) * W + 5)
+        k += 1
+    got = engine.list_incidents()
+    assert got and all(i.symptom == "latency" for i in got)
