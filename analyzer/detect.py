@@ -378,8 +378,8 @@ class Detector:
         are packed into one int64 (endpoint numbers, and a number per size
         and protocol) and found by one sorted search: a dictionary lookup
         per window cost a quarter of a second in a window of half a million
-        pairs. Beyond the packing's room (2**23 endpoints, 2**16 sizes and
-        protocols) every key goes through the dict."""
+        pairs. Beyond the packing's room (2**23 endpoints, 2**16 (size,
+        protocol) pairs) every key goes through the dict."""
         num = self._number
         numbers = np.array([num.setdefault(x, len(num)) for x in names], dtype=np.int64)
         n = len(src)
