@@ -32,11 +32,13 @@ def engine():
     return Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig())
 
 
-def win(a, b, k, sent=300, lost=0, size=64):
+def win(a, b, k, sent=300, lost=0, size=64, base=13, proto="udp"):
+    """One window of pair (a, b), its median RTT `base` us."""
     start = T0 + k * W
     if lost >= sent:
-        return WindowStats(a, b, start, start + W, size, sent, sent)
-    return WindowStats(a, b, start, start + W, size, sent, lost, 10, 12, 13, 14, 13, 1, 20)
+        return WindowStats(a, b, start, start + W, size, sent, sent, proto=proto)
+    return WindowStats(a, b, start, start + W, size, sent, lost, base - 3, base - 1, base,
+                       base + 1, base, 1, base + 7, proto=proto)
 
 
 def rail_pairs(r):
@@ -58,8 +60,8 @@ def spine_route(a, b, spine):
     return f"{LAY.tor(0, LAY.tor_index(a))}>{LAY.spine(spine)}>{LAY.tor(0, LAY.tor_index(b))}"
 
 
-def feed(engine, k, bad=(), lost=150, sizes=(64,)):
-    ws = [win(a, b, k, lost=lost if (a, b) in bad else 0, size=s)
+def feed(engine, k, bad=(), lost=150, sizes=(64,), base=13, proto="udp"):
+    ws = [win(a, b, k, lost=lost if (a, b) in bad else 0, size=s, base=base, proto=proto)
           for r in range(2) for a, b in rail_pairs(r) for s in sizes]
     assert engine.add_windows(ws) == []
     return engine.tick(T0 + (k + 1) * W + 5)
@@ -837,22 +839,15 @@ def test_a_pair_probed_over_another_protocol_is_judged_by_that_protocols_history
     container restart) are judged against their UDP history, not against
     the RDMA windows in between, which read the slower instrument as a
     latency fault on every pair."""
-    def at(k: int, proto: str, base: float) -> list[WindowStats]:
-        start = T0 + k * W
-        return [WindowStats(a, b, start, start + W, 64, 300, 0, base - 3, base - 1, base,
-                            base + 1, base, 1, base + 7, proto=proto)
-                for r in range(2) for a, b in rail_pairs(r)]
     k = 0
     for proto, base, windows in (("udp", 50.0, 6), ("rdma", 12.0, 12), ("udp", 50.0, 5)):
         for _ in range(windows):
-            assert engine.add_windows(at(k, proto, base)) == []
-            engine.tick(T0 + (k + 1) * W + 5)
+            feed(engine, k, base=base, proto=proto)
             k += 1
     assert engine.list_incidents() == []
     # The rows are kept apart, not merged: a real slowdown over UDP still shows.
     for _ in range(4):
-        assert engine.add_windows(at(k, "udp", 150.0)) == []
-        engine.tick(T0 + (k + 1) * W + 5)
+        feed(engine, k, base=150.0, proto="udp")
         k += 1
     got = engine.list_incidents()
     assert got and all(i.symptom == "latency" for i in got)
