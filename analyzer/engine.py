@@ -450,8 +450,9 @@ class Analyzer:
                 else:
                     symptom = "latency"
                 anomalous[pair] = symptom
-                evidence[pair] = {f"size_{int(b.size[i])}": _window_evidence(b, obs, i)
-                                  for i in idx}
+                evidence[pair] = {
+                    row_label(b.names[b.src[i]], b.names[b.dst[i]], b.protos[b.proto[i]],
+                              int(b.size[i])): _window_evidence(b, obs, i) for i in idx}
         held_links = {inc.component.id for inc in self._open_incidents("link")
                       if inc.symptom == "loss"}
         for pair, ev in self.routes.lossy_links(len(b), set(anomalous), gone,
@@ -621,9 +622,12 @@ class Analyzer:
             return []
         evidence: dict[Pair, dict[str, object]] = {}
         for p in anomalous:
-            evidence[p] = {f"size_{self.detector.keys[int(d.rows[k])][2]}": {
-                "ks_p_value": float(f"{d.pvalue[k]:.3g}"),
-                "median_shift": round(float(d.shift[k]), 4)} for k in by_pair[p]}
+            evidence[p] = {}
+            for k in by_pair[p]:
+                src, dst, size, proto = self.detector.keys[int(d.rows[k])]
+                evidence[p][row_label(src, dst, proto, size)] = {
+                    "ks_p_value": float(f"{d.pvalue[k]:.3g}"),
+                    "median_shift": round(float(d.shift[k]), 4)}
         healthy = {p for p in by_pair if p not in anomalous}
         findings = self._localize(anomalous, healthy)
         # One incident per fault: a drift the short-term tests already
@@ -1147,6 +1151,12 @@ def _half_shared(mine: set[Pair], theirs: Collection[Pair]) -> int:
     smaller one (the same fault seen twice), else 0."""
     n = sum(1 for p in theirs if p in mine)
     return n if n and 2 * n >= min(len(mine), len(theirs)) else 0
+
+
+def row_label(src: str, dst: str, proto: str, size: int) -> str:
+    """One detector row's name in an incident's evidence: a pair's two
+    directions and two protocols at one size are separate measurements."""
+    return f"{src}>{dst} {proto} size_{size}"
 
 
 def _window_evidence(b: WindowBatch, obs: Observation, i: int) -> dict[str, object]:

@@ -851,3 +851,23 @@ def test_a_pair_probed_over_another_protocol_is_judged_by_that_protocols_history
         k += 1
     got = engine.list_incidents()
     assert got and all(i.symptom == "latency" for i in got)
+
+
+def test_evidence_keeps_each_direction_and_protocol_of_a_pair_apart(engine):
+    """A pair's windows in both directions, and over both protocols, at one
+    size are separate measurements: the evidence a person reads shows each
+    one, not whichever came last."""
+    feed(engine, 0)
+    bad = of_endpoint(0)
+    ws = []
+    for a, b in rail_pairs(0):
+        lossy = (a, b) in bad
+        ws += [win(a, b, 1, lost=150 if lossy else 0), win(b, a, 1, lost=90 if lossy else 0),
+               win(a, b, 1, lost=60 if lossy else 0, proto="rdma")]
+    assert engine.add_windows(ws) == []
+    changed = engine.tick(T0 + 2 * W + 5)
+    assert len(changed) == 1
+    a, b = LAY.endpoint(0, 0), LAY.endpoint(2, 0)
+    got = changed[0].evidence["windows"][f"{a}|{b}"]
+    assert {k: v["lost"] for k, v in got.items()} == {
+        f"{a}>{b} udp size_64": 150, f"{b}>{a} udp size_64": 90, f"{a}>{b} rdma size_64": 60}
