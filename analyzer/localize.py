@@ -24,7 +24,7 @@ In order, each step taking the pairs the previous ones left unexplained:
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -198,13 +198,20 @@ def _pooled_findings(unexplained: set[Pair], links: list[Finding], rest: Mapping
 
 
 def _overlay_findings(network: Mapping[Pair, str], traces: Mapping[Pair, Trace]) -> list[Finding]:
+    """One finding per broken rule, and per loop: pairs entering one cycle
+    through different rules are one loop, named by the entry most of them
+    took (the smaller id on a tie)."""
     by_rule: dict[tuple[str, str], list[Pair]] = defaultdict(list)
     for p, t in traces.items():
-        if t.kind in ("blackhole", "loop") and t.rule:
+        if t.kind == "blackhole" and t.rule:
             by_rule[(t.kind, t.rule)].append(p)
+        elif t.kind == "loop" and t.rule:
+            by_rule[(t.kind, min(t.detail.get("cycle") or [t.rule]))].append(p)
     out = []
-    for (kind, rule), pairs in sorted(by_rule.items()):
-        t = traces[pairs[0]]
+    for (kind, key), pairs in sorted(by_rule.items()):
+        entries = Counter(str(traces[p].rule) for p in pairs)
+        rule = min(entries, key=lambda r: (-entries[r], r)) if kind == "loop" else key
+        t = traces[min(p for p in pairs if traces[p].rule == rule)]
         out.append(Finding(component=Component("vswitch_rule", rule), layer="overlay",
                            symptom=worst_symptom(network[p] for p in pairs), pairs=sorted(pairs),
                            confidence=0.95,

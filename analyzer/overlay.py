@@ -5,9 +5,10 @@ A probe is a round trip, so both directions are traced. At each host the
 rule for (VNI, destination) is the highest priority one, then the longest
 prefix (contract 1.1). A missing (or drop) rule is a blackhole at that hop,
 named HOST:VNI:DST (DST as the rule writes it); reaching a host twice is a
-loop. A rule that sends the packet out of the model (`forward`) or could
-not be understood (`unknown`), or a host whose table we do not have, ends
-the trace in "unknown": it never blames a rule. Where the switch forwards
+loop, named by the rule it was entered through. A rule that sends the
+packet out of the model (`forward`) or could not be understood
+(`unknown`), or a host whose table we do not have, ends the trace in
+"unknown": it never blames a rule. Where the switch forwards
 fine, each NIC on the way is checked: its offloaded copy of the rule for
 this flow must equal the switch's."""
 
@@ -228,9 +229,12 @@ class OverlayTables:
             table = self.tables.get(host)
             r = table.lookup(d.vni, d.ip) if table is not None else None
             rid = rule_id(host, d.vni, r.dst if r is not None else d.ip)
-            if host in seen:  # named by the cycle's smallest rule: one incident per loop
+            if host in seen:
+                # Named by the rule the packet entered the cycle through: the
+                # one that sent it off its way (the rules before it led
+                # towards the destination). `cycle` keeps the loop whole.
                 cycle = hops[seen.index(host):]
-                return Trace("loop", rule=min(cycle), hops=tuple(hops),
+                return Trace("loop", rule=cycle[0], hops=tuple(hops),
                              detail={"hosts": [*seen, host], "cycle": cycle})
             if table is None:  # no snapshot of this host: cannot say
                 return Trace("unknown", hops=tuple(hops), detail={"host": host,

@@ -438,3 +438,41 @@ def test_a_pooled_loss_names_its_link_unless_two_such_links_meet_at_a_switch():
     both = localize(lossy, healthy - {("a1", "a3")}, set(), candidates, switches_of=switches_of,
                     pooled={("a1", "a2"): "a1~T0", ("a3", "a4"): "a3~T0"})
     assert [f.component.type for f in both] == ["endpoint"]
+
+
+
+def test_a_loop_is_named_by_the_rule_its_failing_pairs_entered_it_through():
+    """Host 3's rule for host 0's endpoint points at host 2, whose rule
+    points back. Probes from host 3 to it enter the loop through host 3's
+    rule: the rule that sent them off their way (the cycle's smallest id,
+    host 2's, was named before). Probes from host 2 enter through host 2's
+    rule; the loop is still one finding, named by the entry most of its
+    failing pairs took (the smaller id on a tie)."""
+    from analyzer.localize import localize
+    from analyzer.overlay import OverlayTables
+    from netskel.topology import parse_topology
+
+    doc = with_overlay(layout_doc(LAY2))
+    dst = LAY2.endpoint(0, 0)
+    for h, to in ((3, 2), (2, 3)):
+        vs = doc["vswitch"][LAY2.host(h)]
+        for r in [*vs["rules"], *(r for rs in vs["offloaded"].values() for r in rs)]:
+            if r["dst"] == LAY2.overlay_ip(0, 0):
+                r["to"] = LAY2.nic(to, 0)
+    tables = OverlayTables(parse_topology(doc))
+
+    def rule_of(h):
+        return f"{LAY2.host(h)}:{LAY2.vni}:{LAY2.overlay_ip(0, 0)}"
+
+    def found(pairs):
+        return [(f.component.id, f.pairs) for f in
+                localize({p: "unreachable" for p in pairs}, set(), set(), lambda p: {},
+                         overlay=lambda p: tables.round_trip(*p))]
+
+    from_3 = [(dst, LAY2.endpoint(3, r)) for r in (0, 1)]
+    from_2 = [(dst, LAY2.endpoint(2, 0))]
+    assert [(tables.round_trip(*p).kind, tables.round_trip(*p).rule) for p in from_3 + from_2] == [
+        ("loop", rule_of(3))] * 2 + [("loop", rule_of(2))]
+    assert found(from_3) == [(rule_of(3), from_3)]
+    assert found(from_3 + from_2) == [(rule_of(3), sorted(from_3 + from_2))]
+    assert found(from_3[:1] + from_2) == [(rule_of(2), sorted(from_3[:1] + from_2))]
