@@ -10,6 +10,7 @@ h1{font-size:20px;margin:0 0 8px} h2{font-size:16px;margin:18px 0 6px}
 table{border-collapse:collapse} td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}
 tr.open td{background:#fde8e8} .muted{color:#888}
 svg .link{stroke:#9ab;stroke-width:1.5} svg .link.blamed{stroke:#d00;stroke-width:5}
+svg .link.suspect{stroke:#d00;stroke-width:3;stroke-dasharray:6 4}
 svg .switch{fill:#e8eef4;stroke:#567} svg .switch.blamed{fill:#f99;stroke:#d00;stroke-width:3}
 svg .nic{fill:#fff;stroke:#567} svg text{font-size:10px}
 .chart{display:inline-block;margin:4px 12px 4px 0;border:1px solid #ddd;padding:4px}
@@ -20,7 +21,8 @@ svg .nic{fill:#fff;stroke:#567} svg text{font-size:10px}
 <h2>Incidents</h2>
 <table><thead><tr><th>id</th><th>state</th><th>symptom</th><th>layer</th><th>component</th>
 <th>pairs</th><th>confidence</th><th>since (UTC)</th></tr></thead><tbody id="incidents"></tbody></table>
-<h2>Fabric <span class="muted">(blamed links and switches in red)</span></h2>
+<h2>Fabric <span class="muted">(blamed links and switches in red; dashed: links the probes
+cannot tell from a blamed one)</span></h2>
 <svg id="topology" width="1200" height="360"></svg>
 <h2>Pairs of open incidents <span class="muted">(RTT median, smallest size; red: loss)</span></h2>
 <div id="charts"></div>
@@ -46,8 +48,11 @@ function drawIncidents(incs) {
     const r = body.insertRow();
     r.className = "incident " + (i.end === null ? "open" : "closed");
     r.dataset.component = i.component.id;
+    const twins = (i.evidence || {}).indistinguishable_from || [];
     for (const t of [i.id, i.end === null ? "open" : "closed", i.symptom, i.layer,
-                     i.component.type + " " + i.component.id, String(i.pairs.length),
+                     i.component.type + " " + i.component.id +
+                       (twins.length ? " (or " + twins.join(", ") + ")" : ""),
+                     String(i.pairs.length),
                      i.confidence.toFixed(2), utc(i.start)]) cell(r, t);
   }
 }
@@ -64,11 +69,12 @@ function drawTopology(topo, blamed) {
   place(rows.tor.sort((a, b) => (a.rail - b.rail) || a.id.localeCompare(b.id)), 170);
   place(nics.sort((a, b) => (a.rail - b.rail) || a.host.localeCompare(b.host)), 300);
   const bl = new Set(blamed.links), bs = new Set(blamed.switches);
+  const su = new Set(blamed.suspect_links || []);
   for (const l of topo.links) {
     if (!pos[l.a] || !pos[l.b]) continue;
     const [x1, y1] = pos[l.a], [x2, y2] = pos[l.b];
-    const line = el("line", {x1, y1, x2, y2, class: "link" + (bl.has(l.id) ? " blamed" : ""),
-                             "data-link": l.id});
+    const mark = bl.has(l.id) ? " blamed" : su.has(l.id) ? " suspect" : "";
+    const line = el("line", {x1, y1, x2, y2, class: "link" + mark, "data-link": l.id});
     line.appendChild(el("title", {}, l.id));
     svg.appendChild(line);
   }
@@ -93,10 +99,12 @@ function drawCharts(charts) {
   for (const c of charts) {
     const div = document.createElement("div");
     div.className = "chart"; div.dataset.pair = c.pair.join(" ");
-    const size = Math.min(...c.points.map(p => p.size));
+    // No windows kept for the pair (an incident restored after a restart).
+    const size = c.points.length ? Math.min(...c.points.map(p => p.size)) : null;
     const pts = c.points.filter(p => p.size === size);
     const W = 360, H = 120, svg = el("svg", {width: W, height: H + 16});
-    svg.appendChild(el("text", {x: 2, y: 10}, c.pair.join(" \u2194 ") + "  (" + size + " B)"));
+    svg.appendChild(el("text", {x: 2, y: 10}, c.pair.join(" \u2194 ") +
+                                            (size === null ? "  (no windows kept)" : "  (" + size + " B)")));
     if (pts.length) {
       const t0 = pts[0].t, t1 = Math.max(pts[pts.length - 1].t, t0 + 1);
       const lat = pts.filter(p => p.median_us !== null);

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlparse
 
 from analyzer.engine import Analyzer
 from analyzer.page import PAGE
-from netskel.model import Incident
+from netskel.model import Incident, as_likely
 from netskel.security import Security, Tls, bearer_ok
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,11 @@ SkeletonSource = Callable[[], dict[str, Any]]
 
 
 def _blamed(incidents: list[Incident], topo_links: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """What open incidents blame, and (`suspect_links`) the links the probes
+    could not tell from a blamed one: drawn apart, so nobody replaces one
+    cable and calls the fault fixed."""
     links: set[str] = set()
+    suspects: set[str] = set()
     switches: set[str] = set()
     others: list[dict[str, str]] = []
     for i in incidents:
@@ -40,12 +44,14 @@ def _blamed(incidents: list[Incident], topo_links: dict[str, tuple[str, str]]) -
         c = i.component
         if c.type == "link":
             links.add(c.id)
+            suspects.update(as_likely(i.evidence))
         elif c.type == "switch":
             switches.add(c.id)
             links.update(k for k, ends in topo_links.items() if c.id in ends)
         else:
             others.append({"type": c.type, "id": c.id})
-    return {"links": sorted(links), "switches": sorted(switches), "others": others}
+    return {"links": sorted(links), "suspect_links": sorted(suspects - links),
+            "switches": sorted(switches), "others": others}
 
 
 def _finite(x: float) -> float | None:

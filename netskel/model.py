@@ -4,6 +4,7 @@ to and from protobuf; nothing else touches generated code."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,6 +177,14 @@ class Incident:
             "confidence": self.confidence,
             "evidence": self.evidence,
         }
+
+
+def as_likely(evidence: Mapping[str, Any]) -> list[str]:
+    """Components of the named one's type that the probes cannot tell from
+    it (the two spine links of every path between a rail's only two ToRs):
+    a person replacing the named link should check these too."""
+    twins = evidence.get("indistinguishable_from")
+    return [str(t) for t in twins] if isinstance(twins, list) else []
 
 
 def pair_key(a: str, b: str) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
 from netskel.errors import InputError, NetskelError
+from netskel.model import as_likely
 from netskel.security import Security, Tls, channel, read_token
 
 
@@ -130,25 +131,32 @@ def print_incidents(docs: list[dict[str, object]]) -> None:
         pairs = d["pairs"]
         assert isinstance(pairs, list)
         state = "" if d["end"] is None else " (closed)"
+        evidence = d.get("evidence")
+        twins = as_likely(evidence) if isinstance(evidence, dict) else []
+        also = f"  or: {', '.join(twins)}" if twins else ""
         print(f"{d['id']:<11} {d['symptom']:<12} {d['layer']:<9} "
               f"{comp['type'] + ':' + comp['id']:<32} {d['confidence']:>5.2f} "
-              f"{len(pairs)}{state}")
+              f"{len(pairs)}{state}{also}")
 
 
 def blamed(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per blamed component (link, switch, rule, NIC...): what the
-    network team replaces or restarts, most pairs first."""
+    network team replaces or restarts, most pairs first; `as_likely`, what
+    the probes could not tell it from."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for d in docs:
         key = (d["component"]["type"], d["component"]["id"])
         r = rows.setdefault(key, {"type": key[0], "id": key[1], "layer": d["layer"], "incidents": 0,
-                                  "open": 0, "pairs": set(), "symptoms": set(), "since": d["start"]})
+                                  "open": 0, "pairs": set(), "symptoms": set(), "since": d["start"],
+                                  "as_likely": set()})
+        r["as_likely"].update(as_likely(d.get("evidence") or {}))
         r["incidents"] += 1
         r["open"] += d["end"] is None
         r["pairs"].update(map(tuple, d["pairs"]))
         r["symptoms"].add(d["symptom"])
         r["since"] = min(r["since"], d["start"])
-    out = [dict(r, pairs=len(r["pairs"]), symptoms=sorted(r["symptoms"])) for r in rows.values()]
+    out = [dict(r, pairs=len(r["pairs"]), symptoms=sorted(r["symptoms"]),
+                as_likely=sorted(r["as_likely"])) for r in rows.values()]
     return sorted(out, key=lambda r: (-r["open"], -r["pairs"], r["type"], r["id"]))
 
 
@@ -158,5 +166,6 @@ def print_blamed(rows: list[dict[str, Any]]) -> None:
         return
     print(f"{'component':<40} {'layer':<9} {'open':>4} {'incid':>5} {'pairs':>5} symptoms")
     for r in rows:
+        also = f"  or: {', '.join(r['as_likely'])}" if r["as_likely"] else ""
         print(f"{r['type'] + ':' + r['id']:<40} {r['layer']:<9} {r['open']:>4} {r['incidents']:>5} "
-              f"{r['pairs']:>5} {','.join(r['symptoms'])}")
+              f"{r['pairs']:>5} {','.join(r['symptoms'])}{also}")

@@ -5,6 +5,7 @@ its behaviour under bad requests."""
 from __future__ import annotations
 
 import queue
+import re
 import socket
 import threading
 import time
@@ -23,7 +24,7 @@ from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
 from netskel.config import AnalyzerConfig, ControllerConfig
 from netskel.model import WindowStats
-from tests.helpers import stopped_while_busy, wait_for
+from tests.helpers import chromium, render_page, stopped_while_busy, wait_for
 
 
 @pytest.fixture
@@ -293,3 +294,52 @@ def test_a_stop_does_not_wait_out_a_long_analysis(topo_file, tmp_path):
     with (stopped_while_busy(lambda: ana.stop(0), analysing, release),
           pytest.raises(sqlite3.ProgrammingError)):  # closed: what was saved stays
         ana.store.load()
+
+
+def test_a_link_the_probes_cannot_tell_from_the_named_one_is_shown_beside_it(topo_file, topo_doc,
+                                                                             capsys):
+    """Every path between a rail's only two ToRs crosses both of a spine's
+    links to them, so the analyzer names one and lists the other in its
+    evidence. Whoever reads the incidents (command line, web page) sees
+    both: replacing the named cable alone may leave the fault in place."""
+    import json
+    import urllib.request
+
+    from analyzer.web import WebServer
+    from netskel.cli import main
+    from netskel.model import Component, Incident
+
+    ana = start_analyzer(AnalyzerConfig(topology=str(topo_file), controller="unix:/none",
+                                        listen=("127.0.0.1:0",)))
+    tiers = {sw["id"]: sw["tier"] for sw in topo_doc["switches"]}
+    spine = next(sw for sw, tier in tiers.items() if tier == "spine")
+    named, twin = sorted("~".join(sorted((lk["a"], lk["b"]))) for lk in topo_doc["links"]
+                         if spine in (lk["a"], lk["b"]))[:2]
+    with ana.lock:
+        ana.engine.incidents["inc-000001"] = Incident(
+            id="inc-000001", start=time.time() - 60, end=None, symptom="loss", layer="underlay",
+            component=Component("link", named), pairs=[("a", "b")], confidence=0.45,
+            evidence={"indistinguishable_from": [twin]})
+    web = WebServer(("127.0.0.1", 0), ana.engine, ana.lock).start()
+    try:
+        server = f"127.0.0.1:{ana.ports[0]}"
+        assert main(["netdiag", "--server", server, "--incidents"]) == 0
+        row = capsys.readouterr().out.splitlines()[1]
+        assert named in row and row.endswith(f"or: {twin}")
+        assert main(["netdiag", "--server", server, "--blamed", "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["blamed"]
+        assert [(r["id"], r["as_likely"]) for r in rows] == [(named, [twin])]
+        state = json.load(urllib.request.urlopen(f"http://127.0.0.1:{web.port}/api/state",
+                                                 timeout=5))
+        assert state["blamed"]["links"] == [named]
+        assert state["blamed"]["suspect_links"] == [twin]
+        if chromium() is not None:  # scripts/setup.sh installs it
+            dom = render_page(f"http://127.0.0.1:{web.port}/")
+            assert f"link {named} (or {twin})" in dom
+            assert re.search(rf'class="link suspect" data-link="{re.escape(twin)}"', dom)
+            assert re.search(rf'class="link blamed" data-link="{re.escape(named)}"', dom)
+            # Its pair has no windows kept (as after a restart): said, not "Infinity B".
+            assert "a \u2194 b  (no windows kept)" in dom
+    finally:
+        web.stop()
+        ana.stop(0)
