@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import grpc
 
@@ -120,13 +120,6 @@ def peer_ids(context: Any) -> list[str]:
     """The URI names the peer's verified certificate carries ([] without one)."""
     ids = context.peer_identities() or []
     return [i.decode("utf-8", "replace") if isinstance(i, bytes) else str(i) for i in ids]
-
-
-def peer_container(ids: Sequence[str]) -> str | None:
-    for i in ids:
-        if i.startswith(AGENT):
-            return unquote(i[len(AGENT):])
-    return None
 
 
 def bearer_ok(metadata: Iterable[tuple[str, Any]] | None, token: str) -> bool:

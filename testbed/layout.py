@@ -10,8 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from netskel.topology import Topology, parse_topology
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -87,7 +85,3 @@ def layout_doc(lay: Layout, overlay_ip: Callable[[int, int], str] | None = None,
                             "vni": lay.vni} for r in range(lay.rails)]}
             for h in range(lay.hosts)]
     return doc
-
-
-def layout_topology(lay: Layout, overlay_ip: Callable[[int, int], str] | None = None) -> Topology:
-    return parse_topology(layout_doc(lay, overlay_ip), "layout")
