@@ -386,14 +386,15 @@ class Detector:
         out = np.empty(n, dtype=np.int64)
         if not n:
             return out
-        # One number per (size, protocol) met: a handful, however many windows.
-        width = max(len(protos), 1)
-        both, inverse = np.unique(size * width + proto, return_inverse=True)
-        classes = np.array([self._class.setdefault((int(x) // width, protos[int(x) % width]),
-                                                   len(self._class)) for x in both.tolist()],
-                           dtype=np.int64)[inverse.reshape(-1)]
-        if self._packed and (len(num) >= 1 << 23 or len(self._class) >= 1 << 16):
-            self._packed = False
+        if self._packed:
+            # One number per (size, protocol) met: a handful, however many windows.
+            width = max(len(protos), 1)
+            both, inverse = np.unique(size * width + proto, return_inverse=True)
+            classes = np.array([self._class.setdefault((int(x) // width, protos[int(x) % width]),
+                                                       len(self._class)) for x in both.tolist()],
+                               dtype=np.int64)[inverse.reshape(-1)]
+            if len(num) >= 1 << 23 or len(self._class) >= 1 << 16:
+                self._packed = False
         if not self._packed:
             index = self.index
             for i, k in enumerate(zip([names[j] for j in src.tolist()],
