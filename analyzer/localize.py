@@ -206,7 +206,7 @@ def _overlay_findings(network: Mapping[Pair, str], traces: Mapping[Pair, Trace])
         if t.kind == "blackhole" and t.rule:
             by_rule[(t.kind, t.rule)].append(p)
         elif t.kind == "loop" and t.rule:
-            by_rule[(t.kind, min(t.detail.get("cycle") or [t.rule]))].append(p)
+            by_rule[(t.kind, min(t.detail["cycle"]))].append(p)  # a loop's key: its cycle
     out = []
     for (kind, key), pairs in sorted(by_rule.items()):
         entries = Counter(str(traces[p].rule) for p in pairs)

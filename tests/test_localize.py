@@ -440,7 +440,6 @@ def test_a_pooled_loss_names_its_link_unless_two_such_links_meet_at_a_switch():
     assert [f.component.type for f in both] == ["endpoint"]
 
 
-
 def test_a_loop_is_named_by_the_rule_its_failing_pairs_entered_it_through():
     """Host 3's rule for host 0's endpoint points at host 2, whose rule
     points back. Probes from host 3 to it enter the loop through host 3's
