@@ -106,7 +106,10 @@ def rate_limit(cluster: Cluster, link: str, rate: str = "20mbit", load_mbit: int
 
 def delete_overlay_rule(cluster: Cluster, h: int, dst_ip: str) -> Undo:
     """Remove host h's L3 forwarding flow for one overlay destination: the
-    covering prefix then drops it, a blackhole."""
+    covering prefix then drops it, a blackhole. The datapath cache is
+    purged each way, so the change holds from the next packet on (a flow
+    cached from earlier traffic forwarded one more ping until the
+    revalidator caught up)."""
     ovs = cluster.ovs[h]
     match = f"table={L3_TABLE},priority=100,ip,nw_dst={dst_ip}"
     flows = ovs.ofctl("dump-flows", "br0", f"table={L3_TABLE},ip,nw_dst={dst_ip}")
@@ -115,9 +118,11 @@ def delete_overlay_rule(cluster: Cluster, h: int, dst_ip: str) -> Undo:
     if not actions:
         raise KeyError(f"host {h} has no rule for {dst_ip}")
     ovs.ofctl("del-flows", "br0", "--strict", match)
+    ovs.appctl("revalidator/purge")
 
     def undo() -> None:
         ovs.ofctl("add-flow", "br0", f"{match},actions={actions[0]}")
+        ovs.appctl("revalidator/purge")
     return undo
 
 
