@@ -407,50 +407,66 @@ def _tls_flags(p: argparse.ArgumentParser, server: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="netskel", description=__doc__)
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO (default: warnings)")
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("controller", help="serve agents: registrations, ping lists, reports")
-    c.add_argument("--topology", required=True)
+    c.add_argument("--topology", required=True, help="topology JSON (contract section 1)")
     c.add_argument("--listen", action="append", default=None,
-                   help="gRPC address (repeatable; unix:PATH allowed)")
-    c.add_argument("--db", default="netskel-controller.sqlite")
-    c.add_argument("--heartbeat-ms", type=int, default=1000)
-    c.add_argument("--heartbeat-timeout", type=float, default=10.0)
-    c.add_argument("--window", type=int, default=30, help="statistics window, seconds")
-    c.add_argument("--metrics-port", type=int, default=0)
+                   help="gRPC address (repeatable; unix:PATH allowed; default 127.0.0.1:7000)")
+    c.add_argument("--db", default="netskel-controller.sqlite",
+                   help="SQLite file keeping registrations and ping lists across restarts; "
+                        ":memory: keeps nothing (default %(default)s)")
+    c.add_argument("--heartbeat-ms", type=int, default=1000,
+                   help="how often agents say they are alive, ms (default %(default)s)")
+    c.add_argument("--heartbeat-timeout", type=float, default=10.0,
+                   help="silence after which an agent counts as gone, s (default %(default)s)")
+    c.add_argument("--window", type=int, default=30,
+                   help="statistics window the agents report, s (default %(default)s)")
+    c.add_argument("--metrics-port", type=int, default=0,
+                   help="Prometheus /metrics port (default 0: off)")
     _tls_flags(c, server=True)
     c.add_argument("--switch-addresses", help="JSON file: router interface address -> switch "
                    "id, to name the hops of agents' route traces")
     c.set_defaults(fn=cmd_controller, listen_default=["127.0.0.1:7000"])
 
     g = sub.add_parser("agent", help="the probing sidecar (flags or NETSKEL_* environment)")
-    g.add_argument("--controller")
+    g.add_argument("--controller", help="controller's gRPC address (env NETSKEL_CONTROLLER; "
+                   "default 127.0.0.1:7000)")
     _tls_flags(g, server=True)
-    g.add_argument("--container")
-    g.add_argument("--job")
-    g.add_argument("--host")
-    g.add_argument("--endpoint", action="append", help="ID,NIC,IP[,IFNAME] (repeatable)")
-    g.add_argument("--probe-port", type=int, default=7100)
-    g.add_argument("--rate", type=float, default=10.0, help="probes per second per target")
-    g.add_argument("--counter-hz", type=float, default=10.0, help="NIC counter sampling rate")
+    g.add_argument("--container", help="this container's id in the topology "
+                   "(env NETSKEL_CONTAINER)")
+    g.add_argument("--job", help="the job it runs (env NETSKEL_JOB)")
+    g.add_argument("--host", help="the host it runs on (env NETSKEL_HOST)")
+    g.add_argument("--endpoint", action="append",
+                   help="ID,NIC,IP[,IFNAME] (repeatable; at least one; env NETSKEL_ENDPOINTS, "
+                        "entries separated by ';')")
+    g.add_argument("--probe-port", type=int, default=7100,
+                   help="UDP port the responder answers probes on (default %(default)s)")
+    g.add_argument("--rate", type=float, default=10.0,
+                   help="probes per second per target (default %(default)s)")
+    g.add_argument("--counter-hz", type=float, default=10.0,
+                   help="NIC counter samples per second (default %(default)s)")
     g.add_argument("--busy-poll-us", type=int, default=0,
-                   help="SO_BUSY_POLL on the probe sockets, microseconds (0: off)")
+                   help="SO_BUSY_POLL on the probe sockets, microseconds (default 0: off)")
     g.add_argument("--dscp", type=int, default=0,
                    help="DSCP of probes and replies (0-63): the class the job's RDMA traffic "
-                        "runs in (often 26), so probes share its queues; 0: best effort")
+                        "runs in (often 26), so probes share its queues (default 0: best effort)")
     g.add_argument("--hw-timestamps", action="store_true",
                    help="turn on the NIC's hardware stamping where offered and off (device-wide, "
                         "needs NET_ADMIN); without it the agent only reports what it finds")
-    g.add_argument("--metrics-port", type=int, default=0)
+    g.add_argument("--metrics-port", type=int, default=0,
+                   help="Prometheus /metrics port (default 0: off)")
     g.add_argument("--vswitch", help="ovs-ofctl target of the host's virtual switch (dumped for "
                    "overlay localization), e.g. unix:/run/openvswitch/br0.mgmt")
     g.add_argument("--vswitch-tunnel-port", type=int, action="append",
                    help="OpenFlow port that is a tunnel (repeatable)")
-    g.add_argument("--vswitch-vni", type=int, default=0, help="VNI of the tunnel ports")
-    g.add_argument("--vswitch-interval", type=float, default=10.0, help="seconds between dumps")
+    g.add_argument("--vswitch-vni", type=int, default=0, help="VNI of the tunnel ports (default %(default)s)")
+    g.add_argument("--vswitch-interval", type=float, default=10.0,
+                   help="seconds between dumps (default %(default)s)")
     g.add_argument("--vswitch-refresh", type=float, default=60.0,
-                   help="seconds after which an unchanged table is sent again (else only changes)")
+                   help="seconds after which an unchanged table is sent again (else only "
+                        "changes; default %(default)s)")
     g.add_argument("--vswitch-db", help="the switch's ovsdb (ovs-vsctl --db), e.g. "
                    "unix:/run/openvswitch/db.sock: which ports are tunnels and to where")
     g.add_argument("--vswitch-datapath", help="ovs-appctl target of the switch's daemon (e.g. "
@@ -466,22 +482,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default, env NETSKEL_RDMA): probe over RDMA UD queue pairs from "
                         "endpoints whose interface has an RDMA device; off: UDP only")
     g.add_argument("--trace-interval", type=float, default=60.0,
-                   help="seconds between route traces of each probe flow")
+                   help="seconds between route traces of each probe flow (default %(default)s)")
     g.add_argument("--flows", type=int, default=4,
                    help="UDP source ports per endpoint: each pair's probes spread over this many "
-                        "flows (ECMP paths), each traced on its own")
+                        "flows (ECMP paths), each traced on its own (default %(default)s)")
     g.add_argument("--tunnel-port", type=int, default=4789,
                    help="UDP port of the hosts' overlay tunnel (VXLAN): route traces read the "
-                        "probe flow inside the tunnel packets routers quote")
+                        "probe flow inside the tunnel packets routers quote (default "
+                        "%(default)s)")
     g.set_defaults(fn=cmd_agent)
 
     n = sub.add_parser("analyzer", help="follow the report feed and serve NetDiag")
-    n.add_argument("--topology", required=True)
-    n.add_argument("--controller", default="127.0.0.1:7000")
-    n.add_argument("--listen", action="append", default=None)
-    n.add_argument("--metrics-port", type=int, default=0)
+    n.add_argument("--topology", required=True, help="topology JSON (contract section 1)")
+    n.add_argument("--controller", default="127.0.0.1:7000",
+                   help="controller whose report feed is followed (default %(default)s)")
+    n.add_argument("--listen", action="append", default=None,
+                   help="NetDiag gRPC address (repeatable; unix:PATH allowed; default "
+                        "127.0.0.1:7001)")
+    n.add_argument("--metrics-port", type=int, default=0,
+                   help="Prometheus /metrics port (default 0: off)")
     n.add_argument("--web", default="", metavar="HOST:PORT",
-                   help="serve the web page (incidents, fabric, charts) there")
+                   help="serve the web page (incidents, fabric, charts) there (default: none)")
     n.add_argument("--db", help="SQLite file: incidents survive a restart (even SIGKILL)")
     _tls_flags(n, server=True)
     n.add_argument("--token-file", help="a bearer token NetDiag and the web page accept "
@@ -489,26 +510,28 @@ def build_parser() -> argparse.ArgumentParser:
     n.set_defaults(fn=cmd_analyzer, listen_default=["127.0.0.1:7001"])
 
     z = sub.add_parser("analyze", help="offline: probe records -> incidents")
-    z.add_argument("--topology", required=True)
-    z.add_argument("--probes", required=True)
-    z.add_argument("--window", type=float, default=30.0)
-    z.add_argument("-o", "--output", required=True)
+    z.add_argument("--topology", required=True, help="topology JSON (contract section 1)")
+    z.add_argument("--probes", required=True, help="probe records, Parquet (contract section 3)")
+    z.add_argument("--window", type=float, default=30.0,
+                   help="statistics window, s (default %(default)s)")
+    z.add_argument("-o", "--output", required=True, help="incidents JSON (contract section 5)")
     z.add_argument("--progress", action="store_true",
                    help="progress on stderr even when it is not a terminal")
     z.set_defaults(fn=cmd_analyze)
 
     i = sub.add_parser("infer", help="offline: NIC throughput -> skeleton and ping lists")
-    i.add_argument("--topology", required=True)
-    i.add_argument("--throughput", required=True)
-    i.add_argument("--job")
-    i.add_argument("-o", "--output", required=True)
+    i.add_argument("--topology", required=True, help="topology JSON (contract section 1)")
+    i.add_argument("--throughput", required=True,
+                   help="NIC throughput samples, Parquet (contract section 2)")
+    i.add_argument("--job", help="only this job (default: every job of the topology)")
+    i.add_argument("-o", "--output", required=True, help="skeleton JSON (contract section 4)")
     i.add_argument("--progress", action="store_true",
                    help="progress on stderr even when it is not a terminal")
     i.set_defaults(fn=cmd_infer)
 
     c = sub.add_parser("import-csv", help="SkeletonHunter-format probe CSV -> contract probe "
                        "records (and a topology stub) for replay")
-    c.add_argument("csv")
+    c.add_argument("csv", help="the probe CSV to read")
     c.add_argument("--probes", required=True, help="output Parquet (contract section 3)")
     c.add_argument("--topology", help="also write a topology stub built from the rows")
     c.set_defaults(fn=cmd_import_csv)
@@ -531,7 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
             w.add_argument("--in-port", help="input port number or name (default: left open)")
             w.add_argument("--vni", type=int, help="tunnel id of a packet arriving from a tunnel")
             w.add_argument("--src", help="the packet's IPv4 source")
-            w.add_argument("--proto", choices=["udp", "tcp", "icmp"], default="udp")
+            w.add_argument("--proto", choices=["udp", "tcp", "icmp"], default="udp",
+                           help="the packet's IP protocol (default %(default)s)")
             w.add_argument("--table", help="start in this table (number or name; default 0)")
             w.add_argument("--field", action="append", metavar="NAME=VALUE",
                            help="any other field the packet has, e.g. dl_src=aa:bb:cc:dd:ee:ff")
@@ -542,16 +566,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "the NICs hold)")
     w.add_argument("--tunnel-port", action="append", metavar="NAME",
                    help="a datapath port that is a tunnel, by name (repeatable)")
-    w.add_argument("--vni", type=int, default=0, help="VNI of flows that carry no tunnel key")
+    w.add_argument("--vni", type=int, default=0, help="VNI of flows that carry no tunnel key "
+                   "(default %(default)s)")
     w.set_defaults(fn=cmd_vswitch_datapath)
 
     s = sub.add_parser("simulate", help="contract files of simulated training traffic")
     s.add_argument("--job", action="append", required=True,
                    help="NAME,dp=D,tp=T,pp=P[,ep=E][,period_s=...][,a2a_share=...] "
                         "(repeatable: jobs share a cluster)")
-    s.add_argument("--seconds", type=float, default=120.0)
-    s.add_argument("--interval", type=float, default=0.05, help="counter sampling interval, s")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seconds", type=float, default=120.0,
+                   help="length of the recording (default %(default)s)")
+    s.add_argument("--interval", type=float, default=0.05,
+                   help="counter sampling interval, s (default %(default)s)")
+    s.add_argument("--seed", type=int, default=0, help="random seed (default %(default)s)")
     s.add_argument("-o", "--out", required=True, help="output directory")
     s.set_defaults(fn=cmd_simulate)
 
@@ -562,36 +589,45 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--topology", help="also one certificate per container of this topology")
     t.add_argument("--host", action="append",
                    help="a DNS name or IP the servers are reached at (default localhost)")
-    t.add_argument("--days", type=int, default=30)
+    t.add_argument("--days", type=int, default=30,
+                   help="how long the certificates are valid (default %(default)s)")
     t.set_defaults(fn=cmd_certs)
 
     d = sub.add_parser("netdiag", help="ask NetDiag: diagnose endpoints or pairs, list incidents")
-    d.add_argument("--server", default="127.0.0.1:7001")
+    d.add_argument("--server", default="127.0.0.1:7001",
+                   help="the analyzer's NetDiag address (default %(default)s)")
     d.add_argument("--tls-ca", help="verify the analyzer against this CA (TLS)")
     d.add_argument("--tls-cert", help="present this client certificate")
     d.add_argument("--tls-key", help="its private key")
     d.add_argument("--token-file", help="send this bearer token")
-    d.add_argument("--endpoint", action="append", default=[])
-    d.add_argument("--pair", action="append", default=[], help="A,B")
+    d.add_argument("--endpoint", action="append", default=[],
+                   help="diagnose every pair this endpoint probes or is probed by (repeatable)")
+    d.add_argument("--pair", action="append", default=[],
+                   help="A,B: diagnose this pair (repeatable)")
     d.add_argument("--incidents", action="store_true", help="list incidents instead")
     d.add_argument("--blamed", action="store_true",
                    help="the components blamed (links, switches, rules, NICs), one row each")
     d.add_argument("--open", action="store_true", help="open incidents only")
     d.add_argument("--component-type", choices=["link", "switch", "nic", "vswitch_rule", "host",
-                                                 "endpoint", "agent"])
+                                                 "endpoint", "agent"],
+                   help="with --incidents or --blamed: only components of this type")
     d.add_argument("--check", action="store_true",
                    help="active check: probe the pairs now at every size, trace their routes")
-    d.add_argument("--check-seconds", type=float, default=3.0, help="probing time of --check")
+    d.add_argument("--check-seconds", type=float, default=3.0,
+                   help="probing time of --check, s (default %(default)s)")
     d.add_argument("--history", metavar="A,B", help="one pair's recent windows instead")
-    d.add_argument("--json", action="store_true")
+    d.add_argument("--json", action="store_true", help="print JSON instead of a table")
     d.set_defaults(fn=cmd_netdiag)
 
     m = sub.add_parser("demo", help="a whole cluster on this machine: build, fault, diagnose")
-    m.add_argument("--hosts", type=int, default=4)
-    m.add_argument("--rails", type=int, default=2)
-    m.add_argument("--window", type=int, default=10)
+    m.add_argument("--hosts", type=int, default=4,
+                   help="hosts (network namespaces) to build (default %(default)s)")
+    m.add_argument("--rails", type=int, default=2, help="NICs per host (default %(default)s)")
+    m.add_argument("--window", type=int, default=10,
+                   help="statistics window, s (default %(default)s)")
     m.add_argument("--fault", default="link-down",
-                   choices=["link-down", "loss", "mtu", "queue", "rule-delete", "stale-flow"])
+                   choices=["link-down", "loss", "mtu", "queue", "rule-delete", "stale-flow"],
+                   help="the fault to make once every pair is healthy (default %(default)s)")
     m.add_argument("--keep", action="store_true", help="leave the cluster up until Ctrl-C")
     m.set_defaults(fn=cmd_demo)
     return p
