@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -47,7 +47,7 @@ from analyzer.verdicts import (
 from netskel.arrays import row_nanmedian, unique
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
-from netskel.model import AgentState, Incident, VSwitchDump, WindowStats, pair_key
+from netskel.model import LAYERS, AgentState, Incident, VSwitchDump, WindowStats, pair_key
 from netskel.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -241,7 +241,9 @@ class Analyzer:
                      **{v: "drift" for v in self._open_drift.values()}}
             self._store.save([(i, where.get(i.id, "")) for i in changed.values()], self._seq,
                              removed)
-        metrics.INCIDENTS_OPEN.set(sum(1 for i in self.incidents.values() if i.end is None))
+        open_by_layer = Counter(i.layer for i in self.incidents.values() if i.end is None)
+        for layer in LAYERS:
+            metrics.INCIDENTS_OPEN.labels(layer=layer).set(open_by_layer[layer])
         return list(changed.values())
 
     def attach_store(self, store: IncidentStore) -> None:

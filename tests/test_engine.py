@@ -99,6 +99,26 @@ def test_loss_opens_then_recovery_closes(engine):
     assert d.verdict == OK
 
 
+def test_open_incidents_are_exported_per_layer_and_drop_back_when_closed(engine):
+    """An alert on one layer's open incidents reads its own series: present
+    at 0 before anything happens, 1 while the link incident is open, 0 after."""
+    from analyzer.metrics import REGISTRY
+
+    def open_in(layer):
+        return REGISTRY.get_sample_value("netskel_incidents_open", {"layer": layer})
+
+    feed(engine, 0)
+    assert open_in("underlay") == 0 and open_in("agent") == 0
+    opened = feed(engine, 1, bad=of_endpoint(0))
+    assert [i.layer for i in opened] == ["underlay"]
+    assert open_in("underlay") == 1 and open_in("overlay") == 0 and open_in("nic") == 0
+    n = engine.cfg.close_windows
+    for k in range(2, 2 + n):
+        feed(engine, k)
+    assert engine.list_incidents()[0].end is not None
+    assert open_in("underlay") == 0
+
+
 def test_weak_loss_between_detections_keeps_its_incident_open(engine):
     """A weak fault loses a few probes in the windows where its loss falls
     short of significance: those windows are not recovery, nor do they teach

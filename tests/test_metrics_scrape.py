@@ -12,6 +12,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from netskel.model import LAYERS
 from tests.helpers import wait_for
 
 
@@ -93,5 +94,8 @@ def test_every_process_metrics_parse_and_stay_bounded(procs, topo_doc):
                 assert not {"dst", "pair", "target"} & set(s.labels), (who, s)
                 # an agent labels by its own endpoints only (bounded): never two endpoints
                 assert len(endpoints & set(s.labels.values())) <= 1, (who, s)
+    # Open incidents by layer: every layer's series there, so an alert on one never reads absence.
+    layers = {s.labels["layer"] for s in scrape(procs["analyzer"])["netskel_incidents_open"]}
+    assert layers == set(LAYERS)
     rtt = scrape(procs["agent0"])["netskel_probe_rtt_microseconds"]
     assert any(s.name.endswith("_count") and s.value > 0 for s in rtt)
