@@ -26,6 +26,8 @@ FILLED = 0.9  # a first window the fault filled this much: look at the one befor
 LOSS_STEP = 3.0  # a whole faulty window loses this many probes more than a healthy one, at least
 #                   (a smaller loss is dated by where its lost counts change, _slow_loss_onset)
 CHANGE_CHI2 = 6.63  # chi-squared (1 degree of freedom) at 1 %: a change of loss rate that counts
+RAMP_WINDOWS = 3  # a rise over fewer windows than this is a step (one partly filled window
+#                  each side of it makes two)
 RISE_BOUNDS = 65  # window boundaries a drift's rise may start or end at, evenly spread (short
 #                   windows make thousands of places in a period, and the fit is over pairs)
 
@@ -58,15 +60,52 @@ def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: n
         amount = lost.sum(axis=1).astype(np.float64)
         base, least = float(amount[healthy].mean()), LOSS_STEP
     step = float(np.median(amount[faulty])) - base
-    if not step > least:
-        if symptom == "latency":
-            return None
+    start: float | None = None
+    if step > least:
+        share = float(np.clip((amount[at[k0]] - base) / step, 0.0, 1.0))
+        start = first + window_s * (1.0 - share)
+        if share >= FILLED and k0 - 1 in at:
+            start -= window_s * float(np.clip((amount[at[k0 - 1]] - base) / step, 0.0, 1.0))
+    elif symptom != "latency":
         return _slow_loss_onset(np.asarray(starts, dtype=np.float64), k, amount, k0, window_s)
-    share = float(np.clip((amount[at[k0]] - base) / step, 0.0, 1.0))
-    start = first + window_s * (1.0 - share)
-    if share >= FILLED and k0 - 1 in at:
-        start -= window_s * float(np.clip((amount[at[k0 - 1]] - base) / step, 0.0, 1.0))
+    if symptom == "latency":
+        ramp = _ramp_onset(np.asarray(starts, dtype=np.float64), k, received, rtt_sum, k0,
+                           window_s)
+        if ramp is not None and (start is None or ramp < start - window_s):
+            return ramp
     return start
+
+
+def _ramp_onset(starts: np.ndarray, k: np.ndarray, received: np.ndarray, rtt_sum: np.ndarray,
+                k0: int, window_s: float) -> float | None:
+    """A latency that creeps up is flagged only once its rise crosses what
+    a window may call slow, many windows after it began, and the windows
+    just before the first flagged one are no healthy level. Where the
+    incident pairs' RTT (each pair against its own mean) began to rise, if
+    the rise that fits the windows held, up to three after the first
+    flagged, best is a ramp that began two windows or more before the
+    first flagged one and rose over `RAMP_WINDOWS` or more (a step, whose
+    partly filled windows on either side make a short ramp, is read finer
+    by its share) and beats one level by more than chance would
+    (`_best_rise`). A ramp already rising in the first window held began
+    there or before: the first window held is the earliest the windows
+    can say."""
+    use = k <= k0 + 3
+    if use.sum() < 4:
+        return None
+    rec, rs, kk = received[use], rtt_sum[use], k[use]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rtt = np.where(rec > 0, rs / rec, np.nan)
+        seen = np.isfinite(rtt)
+        centred = rtt - np.nansum(rtt, axis=0) / seen.sum(axis=0)
+        weight = np.where(seen, rec, 0.0)
+        mean = np.nansum(centred * weight, axis=1) / weight.sum(axis=1)
+    series = np.full(int(kk.max() - kk.min()) + 1, np.nan)
+    series[kk - kk.min()] = mean
+    rise = _best_rise(series)
+    if rise is None or rise[1] - rise[0] < RAMP_WINDOWS or kk.min() + rise[0] > k0 - 2:
+        return None
+    return float(starts[use].min() + rise[0] * window_s)
 
 
 def _poisson_fit(x: np.ndarray) -> float:
@@ -116,15 +155,13 @@ def ending(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: 
     return None if began is None else -began
 
 
-def drift_onset(excess: np.ndarray) -> float | None:
-    """Where a long-term drift began within its period, in windows from the
-    period's start: `excess` holds one value per window place (the pairs'
-    log-median over their reference's, NaN where none). Fitted by least
-    squares over every start and end of a rise from one level to a higher
-    one (a step when it ends where it starts, a slow degradation when it
-    ramps, held or not), if the rise beats one level by more than chance
-    would (BIC: three more parameters); otherwise the drift held the whole
-    period (0). None with fewer than four values."""
+def _best_rise(excess: np.ndarray) -> tuple[float, float] | None:
+    """(a, b): the rise from one level to a higher one that fits `excess`
+    (one value per window place, NaN where none) best by least squares,
+    from window boundary a to b >= a (a step when b == a, a slow
+    degradation when it ramps, held or not), if it beats one level by more
+    than chance would (BIC: three more parameters); None when it does not
+    or with fewer than four values."""
     y = np.asarray(excess, dtype=np.float64)
     t = np.flatnonzero(np.isfinite(y)).astype(np.float64) + 0.5  # window centres
     y = y[np.isfinite(y)]
@@ -149,5 +186,17 @@ def drift_onset(excess: np.ndarray) -> float | None:
     k = int(np.argmax(gain))
     if not np.isfinite(gain[k]) or \
             n * np.log(max(total, 1e-300) / max(total - gain[k], 1e-300)) <= 3 * np.log(n):
-        return 0.0
-    return float(a[k])
+        return None
+    return float(a[k]), float(b[k])
+
+
+def drift_onset(excess: np.ndarray) -> float | None:
+    """Where a long-term drift began within its period, in windows from the
+    period's start: `excess` holds one value per window place (the pairs'
+    log-median over their reference's, NaN where none). The start of the
+    rise that fits best (`_best_rise`), if one stands out; otherwise the
+    drift held the whole period (0). None with fewer than four values."""
+    if np.isfinite(np.asarray(excess, dtype=np.float64)).sum() < 4:
+        return None
+    rise = _best_rise(excess)
+    return 0.0 if rise is None else rise[0]

@@ -84,6 +84,44 @@ def test_windows_that_cannot_tell_leave_the_start_alone(keep, why):
     assert onset(starts[k], lost[k], rec[k], rtt[k], T0 + 3 * W, W, "loss") is None, why
 
 
+def _creeping(seed, rise_from, windows=12, top=40.0):
+    """Two pairs of 10 and 40 us with 1 us of noise a window; from window
+    `rise_from` on both creep up by `top` us over eight windows."""
+    rng = np.random.default_rng(seed)
+    received = np.full((windows, 2), 100.0)
+    extra = np.clip((np.arange(windows) - rise_from) / 8, 0, 1)[:, None] * top
+    rtt = received * (np.array([10.0, 40.0]) + extra + rng.normal(0, 1.0, (windows, 2)))
+    return T0 + W * np.arange(windows), np.zeros((windows, 2)), received, rtt
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_latency_that_creeps_up_starts_where_it_began_to_rise(seed):
+    """Flagged in window 8, once it crossed what a window may call slow,
+    five windows after it began to rise: the windows before the first
+    flagged one are no healthy level, the rise they make is the start."""
+    starts, lost, rec, rtt = _creeping(seed, rise_from=3)
+    began = onset(starts, lost, rec, rtt, T0 + 8 * W, W, "latency")
+    assert began == pytest.approx(T0 + 3 * W, abs=W)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_latency_step_is_no_ramp(seed):
+    """A step 12 s into the first flagged window, with the same noise: read
+    by its share of that window, not as a rise that began before it."""
+    starts, lost, rec, rtt = _creeping(seed, rise_from=99)
+    rtt[3] += rec[3] * 30 * (18 / 30)
+    rtt[4:] += rec[4:] * 30
+    assert onset(starts, lost, rec, rtt, T0 + 3 * W, W, "latency") == \
+        pytest.approx(T0 + 3 * W + 12, abs=2)
+    # Some of its pairs a little slow already in the window before (a flow
+    # through the fault there): partly filled windows each side, still a step.
+    starts, lost, rec, rtt = _creeping(seed, rise_from=99)
+    rtt[2] += rec[2] * 30 * 0.15
+    rtt[3] += rec[3] * 30 * 0.6
+    rtt[4:] += rec[4:] * 30
+    assert onset(starts, lost, rec, rtt, T0 + 3 * W, W, "latency") > T0 + 2 * W
+
+
 def test_no_clear_step_leaves_the_start_alone():
     """Two probes more a window than before is no step to measure against."""
     starts, lost, rec, rtt = sums([[1], [1], [1], [2], [3], [3], [3]])
