@@ -127,6 +127,10 @@ class Analyzer:
         self.history = PairHistory()
         self.routes = RouteEvidence(topo, self.paths, cfg)
         self._clean: dict[str, tuple[int, float]] = {}  # open incident -> clean windows, since
+        # Open incident whose clean run has begun -> (slow windows, since) of
+        # a slowdown on its pairs since: its fault back only once that would
+        # open an incident of its own (_relapsed).
+        self._relapse: dict[str, tuple[int, float]] = {}
         # Open link or switch incident -> the links and switches its windows
         # named, with the sum of their confidences: what it is named for (_moves).
         self._votes: dict[str, dict[tuple[str, str], float]] = {}
@@ -695,6 +699,7 @@ class Analyzer:
         seen_keys = set()
         before = dict(streaks)  # last window's streaks, for findings that moved
         advanced: set[tuple[str, str]] = set()  # streaks this window has counted
+        relapsing: set[str] = set()  # incidents whose slowdown this window has counted
         faded: set[str] = set()  # loss incidents whose findings this window were not their fault
         for f in findings:
             key = (f.component.type, f.component.id)
@@ -712,6 +717,9 @@ class Analyzer:
                 # fault's own windows). Neither a finding nor a reason to
                 # keep the incident open.
                 faded.add(own)
+                continue
+            if own is not None and f.symptom == "latency" and own in self._clean and \
+                    not self._relapsed(own, f, strong, start, relapsing):
                 continue
             if held is not None:
                 inc = self.incidents[open_map[held]]
@@ -792,6 +800,8 @@ class Analyzer:
             changed.append(inc)
         for key in [k for k in streaks if k not in seen_keys]:
             del streaks[key]
+        for inc_id in [i for i in self._relapse if i not in relapsing]:
+            del self._relapse[inc_id]  # a slowdown in a row, or none
         for key, inc_id in list(open_map.items()):
             if key in seen_keys:
                 self._clean.pop(inc_id, None)
@@ -820,6 +830,23 @@ class Analyzer:
                 changed.append(inc)
                 log.warning("incident %s closed", inc.id)
         return changed
+
+    def _relapsed(self, inc_id: str, f: Finding, strong: Container[Pair], start: float,
+                  counted: set[str]) -> bool:
+        """Whether a slowdown on an incident whose clean run has begun is its
+        fault back: only once it has lasted as a new one must to open an
+        incident. A shorter one (a congestion burst on the switch a fault
+        just left) neither keeps the incident open nor counts as clean, so
+        the incident ends where its fault did, not after the burst."""
+        count, first = self._relapse.get(inc_id, (0, start))
+        if inc_id not in counted:
+            counted.add(inc_id)
+            count += 2 if any(p in strong for p in f.pairs) else 1
+            self._relapse[inc_id] = (count, first)
+        if count >= self._persist("latency") and self._lasted("latency", first, start):
+            del self._relapse[inc_id]
+            return True
+        return False
 
     @staticmethod
     def _shows(inc: Incident, anomalous: Mapping[Pair, str]) -> bool:

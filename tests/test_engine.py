@@ -142,6 +142,49 @@ def test_weak_loss_between_detections_keeps_its_incident_open(engine):
     assert [i.id for i in closed] == [opened[0].id] and closed[0].end == T0 + weak.stop * W
 
 
+def _slow_window(engine, k, slow, base=80):
+    """Window k of every pair, those in `slow` at a median of `base` us."""
+    ws = [win(a, b, k, base=base if (a, b) in slow else 13)
+          for r in range(2) for a, b in rail_pairs(r)]
+    assert engine.add_windows(ws) == []
+    return engine.tick(T0 + (k + 1) * W + 5)
+
+
+def test_a_short_slowdown_after_the_fault_neither_keeps_its_incident_nor_moves_its_end(engine):
+    """A loss, one clean window, then one slow window on the same pairs (a
+    congestion burst on the switch the fault just left, shorter than any
+    slowdown that opens an incident): the incident closes after as many
+    clean windows as ever and ends where its fault did."""
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    opened = feed(engine, h, bad=of_endpoint(0))
+    assert len(opened) == 1 and opened[0].symptom == "loss"
+    feed(engine, h + 1)
+    assert _slow_window(engine, h + 2, of_endpoint(0)) == []
+    n = engine.cfg.close_windows
+    for k in range(h + 3, h + 3 + n - 2):
+        assert feed(engine, k) == []
+    closed = feed(engine, h + 3 + n - 2)
+    assert [i.id for i in closed] == [opened[0].id]
+    assert closed[0].end == T0 + (h + 1) * W and closed[0].symptom == "loss"
+    assert len(engine.list_incidents()) == 1
+
+
+def test_a_slowdown_that_lasts_after_a_clean_window_is_the_fault_back(engine):
+    """The same, but the pairs stay slow as long as a new slowdown must to
+    open an incident: the incident stays open, and stays one."""
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    opened = feed(engine, h, bad=of_endpoint(0))
+    feed(engine, h + 1)
+    last = h + 2 + engine.cfg.close_windows + 2
+    for k in range(h + 2, last):
+        _slow_window(engine, k, of_endpoint(0))
+    assert [(i.id, i.end) for i in engine.list_incidents()] == [(opened[0].id, None)]
+
+
 def test_persistence_requirement_delays_the_incident():
     e = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig(persist_windows=2))
     p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
