@@ -10,6 +10,9 @@ healthy level add up linearly over time. The share of the first window the
 fault filled is its lost probes (or excess RTT) over a whole faulty
 window's, beyond the healthy level; when it filled all of it, the window
 before may hold its first seconds. Its end is read the same way, backwards.
+A latency that creeps up holds no such step: it is flagged once its rise
+crosses what a window may call slow, minutes in, and begins where the
+windows held show the rise beginning (`_ramp_onset`).
 
 Lost probes are counted, not taken as a share of those sent: an agent that
 dies stops sending its own probes while probes to it are lost, so the

@@ -575,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NAME,dp=D,tp=T,pp=P[,ep=E][,period_s=...][,a2a_share=...] "
                         "(repeatable: jobs share a cluster)")
     s.add_argument("--seconds", type=float, default=120.0,
-                   help="length of the recording (default %(default)s)")
+                   help="length of the recording, s (default %(default)s)")
     s.add_argument("--interval", type=float, default=0.05,
                    help="counter sampling interval, s (default %(default)s)")
     s.add_argument("--seed", type=int, default=0, help="random seed (default %(default)s)")
@@ -601,7 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tls-key", help="its private key")
     d.add_argument("--token-file", help="send this bearer token")
     d.add_argument("--endpoint", action="append", default=[],
-                   help="diagnose every pair this endpoint probes or is probed by (repeatable)")
+                   help="diagnose every monitored pair with this endpoint at one end "
+                        "(repeatable)")
     d.add_argument("--pair", action="append", default=[],
                    help="A,B: diagnose this pair (repeatable)")
     d.add_argument("--incidents", action="store_true", help="list incidents instead")
