@@ -60,8 +60,13 @@ WEAK_CONFIDENCE = 0.5
 # Windows of per-pair sums kept for reading when an incident began
 # (analyzer/onset.py: two healthy ones, the one before, the first, three after;
 # a slow loss found over up to 8 windows began as far back, and its change of
-# rate needs healthy windows before it).
+# rate needs healthy windows before it): at least ONSET_WINDOWS, and as many
+# more as ONSET_BYTES hold (12 bytes a pair a window), up to
+# ONSET_MAX_WINDOWS: a latency that creeps up for minutes is flagged late,
+# and its rise is read back to where it began (faults last 5-25 min).
 ONSET_WINDOWS = 12
+ONSET_MAX_WINDOWS = 60
+ONSET_BYTES = 32 << 20
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
 # How certain a component type is, when two findings name the same pairs: an
 # agent that stopped, a rule the tables show broken or a NIC whose offloaded
@@ -114,7 +119,7 @@ class Analyzer:
         self._win_lost: np.ndarray = np.zeros(0)
         # The last windows' probes lost and received, and the received RTTs'
         # sum, per pair id: when an incident began (analyzer/onset.py).
-        self._sums: deque[tuple[float, np.ndarray]] = deque(maxlen=ONSET_WINDOWS)  # (3, pairs)
+        self._sums: deque[tuple[float, np.ndarray]] = deque()  # (3, pairs) a window
         self._onset_due: dict[str, float] = {}  # young incident -> its first window's start
         self.incidents: dict[str, Incident] = {}
         # Keyed by component: a loss that turns into unreachability is one incident.
@@ -529,6 +534,9 @@ class Analyzer:
         np.subtract(pair_sent, pair_lost, out=sums[1])
         sums[2] = np.bincount(pid, weights=rtt_sum, minlength=npairs)
         self._sums.append((start, sums))
+        keep = min(ONSET_MAX_WINDOWS, max(ONSET_WINDOWS, ONSET_BYTES // max(sums.nbytes, 1)))
+        while len(self._sums) > keep:
+            self._sums.popleft()
         return pair_sent, pair_lost
 
     def _window_sums(self, inc: Incident) -> tuple[np.ndarray, np.ndarray] | None:

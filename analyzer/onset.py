@@ -143,8 +143,10 @@ def _slow_loss_onset(starts: np.ndarray, k: np.ndarray, lost: np.ndarray, k0: in
             best, at = gain, i
     if at < 0 or 2 * best < CHANGE_CHI2:
         return None
-    low, high = float(x[:at].mean()), float(x[at:].mean())
-    share = float(np.clip((x[at] - low) / (high - low), 0.0, 1.0))
+    # A faulty window's losses: the median's, so that a stronger phase of
+    # the fault, or healthy windows on its far side, do not set them.
+    low, high = float(x[:at].mean()), float(np.median(x[at:]))
+    share = float(np.clip((x[at] - low) / (high - low), 0.0, 1.0)) if high > low else 1.0
     return float(starts[at] + window_s * (1.0 - share))
 
 

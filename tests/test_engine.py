@@ -185,6 +185,26 @@ def test_a_slowdown_that_lasts_after_a_clean_window_is_the_fault_back(engine):
     assert [(i.id, i.end) for i in engine.list_incidents()] == [(opened[0].id, None)]
 
 
+def test_a_latency_that_creeps_up_for_many_windows_starts_where_it_began(engine):
+    """+1 us a window on one endpoint's pairs from window 10: the baseline
+    follows it for a while, so it is flagged some twenty windows later;
+    the incident starts where the rise began, not where it was flagged."""
+    rng = np.random.default_rng(0)
+    slow = of_endpoint(0)
+    found = []
+    for k in range(45):
+        extra = max(0, k - 10) * 1.0
+        ws = [win(a, b, k, base=13 + (extra if (a, b) in slow else 0) + rng.normal(0, 0.3))
+              for r in range(2) for a, b in rail_pairs(r)]
+        assert engine.add_windows(ws) == []
+        found += engine.tick(T0 + (k + 1) * W + 5)
+    assert {i.id for i in found} == {"inc-000001"}
+    inc = engine.list_incidents()[0]
+    assert inc.symptom == "latency"
+    assert inc.component.id == f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}"
+    assert inc.start == pytest.approx(T0 + 10 * W, abs=W)
+
+
 def test_persistence_requirement_delays_the_incident():
     e = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig(persist_windows=2))
     p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))

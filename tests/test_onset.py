@@ -190,6 +190,18 @@ def test_a_slow_loss_found_late_starts_where_its_losses_began():
     assert began is not None and T0 + 5 * W - W / 2 <= began <= T0 + 6 * W
 
 
+def test_a_slow_loss_ends_where_its_rate_fell_whatever_came_before_it():
+    """A loss strong in its first window, then two probes a whole window,
+    one in the window it ended halfway through, none after: the end is half
+    a window in, read against the usual faulty window (their median), not
+    against a mean that the strong window and the healthy windows before
+    the fault pull about."""
+    starts, lost, rec, rtt = sums([[0], [0], [0], [0], [40], [2], [2], [2], [2], [2], [2], [1],
+                                   [0], [0], [0]])
+    end = ending(starts, lost, rec, rtt, T0 + 11 * W, W, "loss")
+    assert end == pytest.approx(T0 + 11 * W + W / 2, abs=1)
+
+
 def test_a_rate_that_never_changed_dates_nothing():
     """Losses as frequent before the flagged window as after it: no change
     to date, the window's own start stands (None)."""
