@@ -394,15 +394,20 @@ def _warn_if_insecure(sec: Security, role: str) -> None:
     warn_if_insecure(sec, role)
 
 
-def _tls_flags(p: argparse.ArgumentParser, server: bool) -> None:
+def _tls_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", help="this process's certificate (PEM; `netskel certs`)")
     p.add_argument("--tls-key", help="its private key (PEM)")
     p.add_argument("--tls-ca", help="the CA that signs every netskel certificate (PEM)")
     p.add_argument("--insecure", action="store_true",
                    help="plaintext gRPC, no identities (testbed only; logged)")
-    if server:
-        p.add_argument("--metrics-addr", default="0.0.0.0",
-                       help="address /metrics listens on (default all)")
+
+
+def _metrics_flags(p: argparse.ArgumentParser) -> None:
+    """Every role serves its own /metrics (controller, agent, analyzer)."""
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="Prometheus /metrics port (default 0: off)")
+    p.add_argument("--metrics-addr", default="0.0.0.0",
+                   help="address /metrics listens on (default all)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -423,9 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="silence after which an agent counts as gone, s (default %(default)s)")
     c.add_argument("--window", type=int, default=30,
                    help="statistics window the agents report, s (default %(default)s)")
-    c.add_argument("--metrics-port", type=int, default=0,
-                   help="Prometheus /metrics port (default 0: off)")
-    _tls_flags(c, server=True)
+    _metrics_flags(c)
+    _tls_flags(c)
     c.add_argument("--switch-addresses", help="JSON file: router interface address -> switch "
                    "id, to name the hops of agents' route traces")
     c.set_defaults(fn=cmd_controller, listen_default=["127.0.0.1:7000"])
@@ -433,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("agent", help="the probing sidecar (flags or NETSKEL_* environment)")
     g.add_argument("--controller", help="controller's gRPC address (env NETSKEL_CONTROLLER; "
                    "default 127.0.0.1:7000)")
-    _tls_flags(g, server=True)
+    _tls_flags(g)
     g.add_argument("--container", help="this container's id in the topology "
                    "(env NETSKEL_CONTAINER)")
     g.add_argument("--job", help="the job it runs (env NETSKEL_JOB)")
@@ -455,8 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--hw-timestamps", action="store_true",
                    help="turn on the NIC's hardware stamping where offered and off (device-wide, "
                         "needs NET_ADMIN); without it the agent only reports what it finds")
-    g.add_argument("--metrics-port", type=int, default=0,
-                   help="Prometheus /metrics port (default 0: off)")
+    _metrics_flags(g)
     g.add_argument("--vswitch", help="ovs-ofctl target of the host's virtual switch (dumped for "
                    "overlay localization), e.g. unix:/run/openvswitch/br0.mgmt")
     g.add_argument("--vswitch-tunnel-port", type=int, action="append",
@@ -499,12 +502,11 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--listen", action="append", default=None,
                    help="NetDiag gRPC address (repeatable; unix:PATH allowed; default "
                         "127.0.0.1:7001)")
-    n.add_argument("--metrics-port", type=int, default=0,
-                   help="Prometheus /metrics port (default 0: off)")
+    _metrics_flags(n)
     n.add_argument("--web", default="", metavar="HOST:PORT",
                    help="serve the web page (incidents, fabric, charts) there (default: none)")
     n.add_argument("--db", help="SQLite file: incidents survive a restart (even SIGKILL)")
-    _tls_flags(n, server=True)
+    _tls_flags(n)
     n.add_argument("--token-file", help="a bearer token NetDiag and the web page accept "
                    "instead of a client certificate")
     n.set_defaults(fn=cmd_analyzer, listen_default=["127.0.0.1:7001"])
