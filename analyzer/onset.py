@@ -39,13 +39,15 @@ def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: n
           first: float, window_s: float, symptom: str) -> float | None:
     """The estimated start of a fault first flagged in the window starting at
     `first`, or None when the windows cannot tell (no healthy window before
-    it, no whole faulty window after it, or no clear step between the two).
+    it, no whole faulty window after it, or no clear step between the two
+    and, for a latency, no ramp before it either).
     Per window (`starts`, in any order) and incident pair (columns): probes
     lost, probes received and their RTTs' sum (us). The healthy level is
     read from the two windows before the one before `first`, each pair's
     RTT against its own; the faulty one from up to three after it (their
     median: a fault may end, a congestion pass)."""
-    k = np.rint(np.asarray(starts, dtype=np.float64) / window_s).astype(np.int64)
+    starts = np.asarray(starts, dtype=np.float64)
+    k = np.rint(starts / window_s).astype(np.int64)
     at = {int(x): i for i, x in enumerate(k.tolist())}
     k0 = round(first / window_s)
     healthy = [at[j] for j in (k0 - 3, k0 - 2) if j in at]
@@ -70,10 +72,9 @@ def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: n
         if share >= FILLED and k0 - 1 in at:
             start -= window_s * float(np.clip((amount[at[k0 - 1]] - base) / step, 0.0, 1.0))
     elif symptom != "latency":
-        return _slow_loss_onset(np.asarray(starts, dtype=np.float64), k, amount, k0, window_s)
+        return _slow_loss_onset(starts, k, amount, k0, window_s)
     if symptom == "latency":
-        ramp = _ramp_onset(np.asarray(starts, dtype=np.float64), k, received, rtt_sum, k0,
-                           window_s)
+        ramp = _ramp_onset(starts, k, received, rtt_sum, k0, window_s)
         if ramp is not None and (start is None or ramp < start - window_s):
             return ramp
     return start
