@@ -169,7 +169,7 @@ def _pooled_findings(unexplained: set[Pair], links: list[Finding], rest: Mapping
     pooled groups are the links every path crosses (a NIC's), so a lossy
     ToR or spine link makes several of its NICs' groups significant, and
     none of them is the fault."""
-    weak = {p: f.component.id for f in links if f.confidence < POOLED_CONFIDENCE
+    weak = {p: f.component.id for f in links if _unshared(f, switches_of) < POOLED_CONFIDENCE
             for p in f.pairs}
     by_link: dict[str, list[Pair]] = defaultdict(list)
     for p in sorted(unexplained | set(weak)):
@@ -319,6 +319,27 @@ def _merge_hosts(links: list[Finding], host_of: HostOf) -> list[Finding]:
     return out + [f for i, f in enumerate(links) if i not in used]
 
 
+def _unshared(f: Finding, switches_of: SwitchesOf | None, at: str | None = None) -> float:
+    """A link's confidence before it was shared with the twins its pairs
+    cannot tell it from, where link and twins meet at one switch (`at`, if
+    given): the two links of one path through it, which the pairs cross
+    together. How surely their trouble lies on that path the twins do not
+    weaken, only which link of it; named as that switch, not even that.
+    Twins through other switches (ECMP alternatives no route pinned) are
+    doubt about the path itself, and keep their share."""
+    ev = f.evidence
+    twins = ev.get("indistinguishable_from") or []
+    if not twins or switches_of is None:
+        return f.confidence
+    common = set(switches_of(f.component.id))
+    for t in twins:
+        common &= set(switches_of(t))
+    if not common or (at is not None and at not in common):
+        return f.confidence
+    pairs = int(ev["anomalous_pairs"]) + int(ev["healthy_pairs_on_link"])
+    return min(1.0, float(ev["votes"][f.component.id]) / pairs)
+
+
 def _slow(f: Finding) -> bool:
     """Slow, not lossy: a link that loses probes and others that are merely
     slow in the same window (a benign congestion of their switch) are not
@@ -375,7 +396,8 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
             sw = best
         out.append(Finding(component=Component("switch", sw), layer="underlay",
                            symptom=worst_symptom(links[i].symptom for i in idx), pairs=pairs,
-                           confidence=round(min(links[i].confidence for i in idx), 3),
+                           confidence=round(min(_unshared(links[i], switches_of, sw)
+                                                for i in idx), 3),
                            evidence=evidence))
     out += [f for i, f in enumerate(links) if i not in used]
     return out

@@ -440,6 +440,43 @@ def test_a_pooled_loss_names_its_link_unless_two_such_links_meet_at_a_switch():
     assert [f.component.type for f in both] == ["endpoint"]
 
 
+def test_a_spine_whose_links_are_twins_is_named_as_surely_as_their_path():
+    """Spine S down, three rails of two ToRs each: every lossy pair's route
+    crosses both of S's links to its rail, twins no probe can tell apart,
+    so each named link's confidence is shared with its twin (3 pairs
+    against 1 healthy one: 0.75, halved). Named as S, both twins are S's:
+    the switch is as sure as the path (before: halved, under what a clear
+    finding needs). One pair's probes were not traced (either spine, half
+    a vote each: its rail's links 0.625, halved 0.3125); a pooled test
+    that found it among its NIC's pairs does not take it from the spine:
+    the twins weaken which link, not whether the loss is on that path
+    (before: a second, NIC-link finding)."""
+    from analyzer.localize import localize
+
+    rails = range(3)
+    up = {f"{h}{r}": f"T{r}{h[0]}" for r in rails for h in ("a1", "a2", "b1", "b2")}
+
+    def candidates(pair):
+        x, y = pair
+        ends = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
+        if pair == ("a10", "b10"):  # not traced: either spine
+            return ends | {f"{s}~{up[e]}": 0.5 for s in ("S", "S2") for e in pair}
+        return ends | {f"S~{up[x]}": 1.0, f"S~{up[y]}": 1.0}  # traced through S
+
+    def switches_of(link):
+        return tuple(x for x in link.split("~") if x.startswith(("T", "S")))
+
+    lossy = {p: "loss" for r in rails
+             for p in [(f"a1{r}", f"b1{r}"), (f"a2{r}", f"b2{r}"), (f"a1{r}", f"b2{r}")]}
+    clears = {f"S~T{r}{s}": 1 for r in rails for s in "ab"}
+    clears |= {f"{h}~{t}": 2 for h, t in up.items()}  # healthy pairs under one ToR
+    found = localize(lossy, set(), set(), candidates, switches_of=switches_of, clears=clears,
+                     pooled={("a10", "b10"): "a10~T0a"})
+    assert [(f.component.type, f.component.id) for f in found] == [("switch", "S")]
+    assert sorted(found[0].pairs) == sorted(lossy)
+    assert found[0].confidence == 0.625
+
+
 def test_a_loop_is_named_by_the_rule_its_failing_pairs_entered_it_through():
     """Host 3's rule for host 0's endpoint points at host 2, whose rule
     points back. Probes from host 3 to it enter the loop through host 3's
