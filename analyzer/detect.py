@@ -91,6 +91,12 @@ def poisson_sf(k: np.ndarray | int, mu: np.ndarray | float) -> np.ndarray:
     return np.asarray(np.where(k < 0, 1.0, special.pdtrc(np.maximum(k, 0), mu)))
 
 
+def poisson_cdf(k: np.ndarray | int, mu: np.ndarray | float) -> np.ndarray:
+    """P(X <= k), X ~ Poisson(mu); 0 for k < 0."""
+    k = np.asarray(k)
+    return np.asarray(np.where(k < 0, 0.0, special.pdtr(np.maximum(k, 0), mu)))
+
+
 def loss_logp(lost: np.ndarray, expected: np.ndarray, min_lost: int) -> np.ndarray:
     """log P(at least `lost` | Poisson(`expected`)); 0 (no evidence) below
     `min_lost` losses."""
@@ -100,6 +106,12 @@ def loss_logp(lost: np.ndarray, expected: np.ndarray, min_lost: int) -> np.ndarr
 
 
 LOSS_SCALES = (1, 2, 4, 8)  # windows a pooled loss test sums, newest back (see Carry)
+# A span's loss has ended when this window lost so much less than the span's
+# windows before it did that Poisson chance gives it less than ENDED_ALPHA,
+# and no more than a healthy window might (at least QUIET_P likely at the
+# healthy rate): a weaker loss going on after a strong one has not ended.
+ENDED_ALPHA = 1e-3
+QUIET_P = 0.01
 TAIL_SCALES = (1, 2)  # ... and a slow-tail test: congestion must not add up over minutes
 
 
@@ -112,7 +124,8 @@ class Carry:
     the manner of a multi-window scan) it is found in a few, and keeps being
     found in the windows after (a streak of windows opens an incident; each
     window names only the rows that lost probes in it, so a healed path is
-    not named again). `lost_sum` keeps each group's losses over the ring,
+    not named again, and a span this window's loss says has ended is not
+    summed: ENDED_ALPHA). `lost_sum` keeps each group's losses over the ring,
     so only groups that lost enough to matter have their scales summed."""
 
     sent: np.ndarray  # (windows, groups), float32; row `newest` is the last window's
@@ -179,6 +192,17 @@ def scaled_loss_logp(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarra
     tot = now_lost[cand][None, :] + span_lost
     mu = np.maximum((now_sent[cand][None, :] + span_sent) * rate[cand][None, :], 1e-12)
     lp = loss_logp(tot, mu, min_lost)
+    # A span whose losses this window has stopped is a fault that ended, not
+    # one going on: summed with the windows after it, a spine that was down
+    # would keep every link it served "lossy" for minutes, and the odd
+    # healthy loss on them would be named.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        before = np.where(span_sent > 0, span_lost / span_sent, 0.0)
+    lost_now, sent_now = now_lost[cand], now_sent[cand]
+    quiet = poisson_sf(lost_now - 1, np.maximum(sent_now * rate[cand], 1e-12)) >= QUIET_P
+    ended = quiet[None, :] & (poisson_cdf(lost_now[None, :], sent_now[None, :] * before)
+                              < ENDED_ALPHA)
+    lp = np.where(ended, 0.0, lp)
     best = np.argmin(lp, axis=0)
     c = np.arange(len(cand))
     t, m = tot[best, c], mu[best, c]

@@ -169,6 +169,37 @@ def test_a_probe_lost_a_window_on_a_link_few_pairs_cross_adds_up_over_windows():
     assert found == [[], [], [], [1], [6]]
 
 
+def test_a_loss_that_stopped_is_not_summed_with_the_windows_after_it():
+    """Eight rows share a spine's link. Three windows they lose half their
+    probes (the spine down), then it is back: the next windows lose one
+    probe between them, as healthy links now and then do. Summed with the
+    fault's windows that one probe was significant, for as long as the
+    ring held them, and named its row. This window's loss says the span's
+    rate has stopped, so the span is not summed. A slow loss that goes on
+    (one or two probes a window) is still found over its windows."""
+    from analyzer.detect import pooled_loss_carried
+
+    n = 8
+    g, sent, hist = _one_link(n), np.full(n, 30), np.zeros(n)
+    carry = None
+    named = []
+    for k in range(8):
+        lost = np.full(n, 15) if k < 3 else np.zeros(n, dtype=np.int64)
+        if k == 5:
+            lost[2] = 1
+        hit, _, carry, _ = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **SLOW)
+        named.append(np.flatnonzero(hit).tolist())
+    assert named[:3] == [list(range(n))] * 3
+    assert named[3:] == [[], [], [], [], []]
+    carry, found = None, []
+    for k, row in enumerate([0, 3, 5, 1, 6, 2]):
+        lost = np.zeros(n, dtype=np.int64)
+        lost[row] = 1 + k % 2
+        hit, _, carry, _ = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry, **SLOW)
+        found += np.flatnonzero(hit).tolist()
+    assert found == [1, 6, 2]
+
+
 def test_losses_at_the_healthy_rate_do_not_add_up_to_an_alarm():
     """The multi-window test spends the window's false-alarm budget across
     its scales: 200 windows of 50 links at the floor rate raise no more
@@ -216,7 +247,7 @@ def test_binomial_and_poisson_tails_agree_with_scipy_stats():
     import); scipy.stats is the reference, edges included."""
     from scipy import stats
 
-    from analyzer.detect import binom_cdf, binom_sf, poisson_sf
+    from analyzer.detect import binom_cdf, binom_sf, poisson_cdf, poisson_sf
 
     rng = np.random.default_rng(3)
     k = rng.integers(-1, 40, 2000)
@@ -226,6 +257,7 @@ def test_binomial_and_poisson_tails_agree_with_scipy_stats():
     np.testing.assert_allclose(binom_sf(k, n, p), stats.binom.sf(k, n, p), rtol=1e-9, atol=1e-14)
     np.testing.assert_allclose(binom_cdf(k, n, p), stats.binom.cdf(k, n, p), rtol=1e-9, atol=1e-14)
     np.testing.assert_allclose(poisson_sf(k, mu), stats.poisson.sf(k, mu), rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(poisson_cdf(k, mu), stats.poisson.cdf(k, mu), rtol=1e-9, atol=1e-14)
 
 
 @pytest.mark.parametrize("kind,magnitude,start,duration", [
