@@ -717,7 +717,7 @@ class Analyzer:
             held = self._overlapping(f, open_map, key)
             own = open_map.get(key) or (open_map[held] if held is not None else None)
             if own is not None and f.symptom == self.incidents[own].symptom == "loss" and \
-                    counts is not None and not self._still_lossy(self.incidents[own], counts):
+                    counts is not None and not self._still_lossy(self._as_refined(own, f), counts):
                 # A probe or two lost on a few of a loss incident's pairs,
                 # while its pairs together lose no more than healthy ones
                 # do: the fault is over (a spine back up; the odd healthy
@@ -778,9 +778,11 @@ class Analyzer:
             streaks[key] = _Streak(count, first, tails, pairs, guess)
             # A finding nothing explains (an endpoint guess), or one the votes
             # barely favour (a link healthy pairs also cross, or one of
-            # indistinguishable twins), is weak evidence: it must hold a
-            # window longer than a clear one.
-            weak = f.component.type == "endpoint" or f.confidence < WEAK_CONFIDENCE
+            # indistinguishable twins), or a link beside a failing switch its
+            # pairs may cross, is weak evidence: it must hold a window longer
+            # than a clear one.
+            weak = (f.component.type == "endpoint" or f.confidence < WEAK_CONFIDENCE
+                    or self._beside_switch(f, findings))
             need = persist(f.symptom) + (1 if weak else 0)
             if (count < need or not self._lasted(f.symptom, first, start)) and \
                     key not in open_map:
@@ -839,6 +841,17 @@ class Analyzer:
                 log.warning("incident %s closed", inc.id)
         return changed
 
+    def _as_refined(self, inc_id: str, f: Finding) -> Incident:
+        """The incident as the finding would leave it: a guess (an endpoint)
+        the finding locates is judged as the component it is about to
+        become, with the finding's pairs; its own few pairs losing nothing
+        this window says nothing of the link, whose other pairs do."""
+        inc = self.incidents[inc_id]
+        if _RANK.get(f.component.type, 0) <= _RANK.get(inc.component.type, 0):
+            return inc
+        return dataclasses.replace(inc, component=f.component,
+                                   pairs=sorted(set(inc.pairs) | set(f.pairs)))
+
     def _relapsed(self, inc_id: str, f: Finding, strong: Container[Pair], start: float,
                   counted: set[str]) -> bool:
         """Whether a slowdown on an incident whose clean run has begun is its
@@ -855,6 +868,21 @@ class Analyzer:
             del self._relapse[inc_id]
             return True
         return False
+
+    def _beside_switch(self, f: Finding, findings: Sequence[Finding]) -> bool:
+        """A link named for a few pairs in the window a switch failing the
+        same way is named for more, all of whose paths may cross that switch:
+        most likely the switch's fault seen through pairs whose own paths the
+        cover could not pin (the window the switch went down, its links still
+        cleared by the probes before). It must hold a window longer, by which
+        time the switch explains its pairs too; a fault of its own still
+        opens, a window later."""
+        if f.component.type != "link":
+            return False
+        return any(s.component.type == "switch" and len(s.pairs) > len(f.pairs)
+                   and (s.symptom in LOSSY) == (f.symptom in LOSSY)
+                   and all(self._may_cross(p, ("switch", s.component.id)) for p in f.pairs)
+                   for s in findings)
 
     @staticmethod
     def _shows(inc: Incident, anomalous: Mapping[Pair, str]) -> bool:

@@ -954,3 +954,75 @@ def test_evidence_keeps_each_direction_and_protocol_of_a_pair_apart(engine):
     got = changed[0].evidence["windows"][f"{a}|{b}"]
     assert {k: v["lost"] for k, v in got.items()} == {
         f"{a}>{b} udp size_64": 150, f"{b}>{a} udp size_64": 90, f"{a}>{b} rdma size_64": 60}
+
+
+def test_a_link_named_beside_a_failing_switch_its_pairs_may_cross_waits_a_window(engine):
+    """The window a spine goes down, its links are still cleared by the
+    probes before, and a few lossy pairs meet on one NIC's link instead
+    (its two cross-ToR pairs, both of which may cross the spine). The next
+    window the spine explains those pairs too: one incident, the spine's
+    (before: the NIC link opened one of its own in the first window, and
+    the spine's findings kept it open as a second, for the whole fault)."""
+    from analyzer.localize import Finding
+
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    spine = Component("switch", LAY.spine(0))
+    nic = Component("link", f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}")
+    theirs = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in CROSS if a == 0]
+    others = [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for r in range(2) for a, b in CROSS
+              if r or a != 0]
+
+    def window(k, findings):
+        pairs = [p for f in findings for p in f.pairs]
+        return engine._update_incidents(T0 + k * W, findings, {}, set(pairs),
+                                        dict.fromkeys(pairs, "loss"), engine._open,
+                                        engine._streak, engine._persist)
+
+    first = window(h, [Finding(spine, "underlay", "loss", others, 0.7),
+                       Finding(nic, "underlay", "loss", theirs, 0.75)])
+    assert [i.component for i in first] == [spine]
+    window(h + 1, [Finding(spine, "underlay", "loss", others + theirs, 0.7)])
+    assert [i.component for i in engine.list_incidents()] == [spine]
+    # A NIC link losing probes of a pair that cannot cross the spine (both
+    # ends under one ToR) is a fault of its own: it opens at once.
+    below = [(LAY.endpoint(0, 0), LAY.endpoint(1, 0))]
+    assert LAY.tor_index(0) == LAY.tor_index(1)
+    opened = window(h + 2, [Finding(spine, "underlay", "loss", others + theirs, 0.7),
+                            Finding(nic, "underlay", "loss", below, 0.75)])
+    assert [i.component for i in opened if i.pairs == below] == [nic]
+
+
+def test_a_guessed_endpoint_is_located_by_its_links_other_pairs_losing(engine):
+    """A slow loss on endpoint 0's link: two windows one of its pairs lost
+    probes and nothing else explained them (a guessed endpoint incident).
+    The next window that pair is clean, two other pairs of the link lose
+    probes and the link is named. The guess was that link's fault: the
+    incident is renamed in place (before: the link's pairs were judged by
+    the guess's one clean pair, the finding set aside as a faded fault's,
+    and a second incident opened for the link once the guess had closed)."""
+    from analyzer.localize import Finding
+
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    mine = sorted(of_endpoint(0))
+    guess = Component("endpoint", LAY.endpoint(0, 0))
+    link = Component("link", f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}")
+    n = len(engine._pairs)
+
+    def window(k, f, lossy):
+        lost = np.zeros(n)
+        lost[[engine._pair_id[p] for p in lossy]] = 3
+        return engine._update_incidents(T0 + k * W, [f], {}, set(engine._pairs),
+                                        dict.fromkeys(f.pairs, "loss"), engine._open,
+                                        engine._streak, engine._persist,
+                                        counts=(np.full(n, 0.03), lost))
+
+    for k in (h, h + 1):
+        window(k, Finding(guess, "unknown", "loss", mine[:1], 0.2), mine[:1])
+    (inc,) = engine.list_incidents()
+    assert inc.component == guess
+    window(h + 2, Finding(link, "underlay", "loss", mine[1:], 0.6), mine[1:])
+    assert [(i.id, i.component, i.end) for i in engine.list_incidents()] == [(inc.id, link, None)]
