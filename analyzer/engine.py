@@ -767,6 +767,7 @@ class Analyzer:
             tails = st.tails and f.symptom == "latency" and all(p in tail_only for p in f.pairs)
             pairs = frozenset(f.pairs)
             guess = _guessed(f)
+            anchor = st.anchor if guess else pairs
             if key in advanced:
                 # One component named twice in one window (two sets of its
                 # links) is one window of evidence, not two: counted twice,
@@ -774,8 +775,9 @@ class Analyzer:
                 prev = streaks[key]
                 count, first = max(count, prev.count), min(first, prev.first)
                 tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
+                anchor = anchor | prev.anchor
             advanced.add(key)
-            streaks[key] = _Streak(count, first, tails, pairs, guess)
+            streaks[key] = _Streak(count, first, tails, pairs, guess, anchor)
             # A finding nothing explains (an endpoint guess), or one the votes
             # barely favour (a link healthy pairs also cross, or one of
             # indistinguishable twins), or a link beside a failing switch its
@@ -899,8 +901,16 @@ class Analyzer:
         named by a pooled loss alone, which may be either end's); not a
         flow's fact the finding is mostly not about (_stands_for)."""
         key = (f.component.type, f.component.id)
-        shared = sum(1 for p in f.pairs if p in before[k].pairs)
-        return (self._related(key, k) or before[k].guess) and _stands_for(k[0], shared, f)
+        st = before[k]
+        shared = sum(1 for p in f.pairs if p in st.pairs)
+        if st.guess and st.anchor and not _guessed(f) and not _half_shared(set(f.pairs),
+                                                                           st.anchor):
+            # A guess that carried on a located finding's run (its leftover
+            # pairs) passes that run on only to a finding about the located
+            # one's pairs: a ToR's congestion, then a spine's 40 s later
+            # sharing one leftover pair, are two episodes.
+            return False
+        return (self._related(key, k) or st.guess) and _stands_for(k[0], shared, f)
 
     def _vote(self, inc: Incident, f: Finding) -> None:
         """Count a link or switch finding towards the incident it belongs to."""
@@ -1179,6 +1189,9 @@ class _Streak:
     tails: bool = True
     pairs: frozenset[Pair] = frozenset()
     guess: bool = False  # named by a guess (_guessed): any name may follow
+    # The pairs of the run's last located (not guessed) finding: what a guess
+    # carrying the run on may pass it to (_may_follow). Empty: none yet.
+    anchor: frozenset[Pair] = frozenset()
 
 
 def _guessed(f: Finding) -> bool:

@@ -1026,3 +1026,44 @@ def test_a_guessed_endpoint_is_located_by_its_links_other_pairs_losing(engine):
     assert inc.component == guess
     window(h + 2, Finding(link, "underlay", "loss", mine[1:], 0.6), mine[1:])
     assert [(i.id, i.component, i.end) for i in engine.list_incidents()] == [(inc.id, link, None)]
+
+
+def test_a_guess_left_over_by_one_congestion_does_not_pass_its_run_to_another(engine):
+    """A ToR congested for two windows, its second leaving two of its pairs
+    unexplained (an endpoint guess, which carries the ToR's run on); then a
+    spine congested, one of its pairs among the guess's. A guess's run may
+    pass to any name (a slow loss found first on a pair, then on its link),
+    but this one carried a located finding's run: it passes it only to a
+    finding about that ToR's pairs. Two episodes, no incident (before: the
+    spine's window made three in a row and opened one, dated at the ToR's)."""
+    from analyzer.localize import Finding
+
+    tor = Component("switch", LAY.tor(0, LAY.tor_index(0)))
+    spine = Component("switch", LAY.spine(0))
+    guess = Component("endpoint", LAY.endpoint(0, 0))
+    under = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a in range(4) for b in range(a + 1, 4)
+             if 0 in (a, b) or LAY.tor_index(a) == LAY.tor_index(0)]
+    left = [(LAY.endpoint(0, 0), LAY.endpoint(b, 0)) for b in (2, 3)]
+    other = [(LAY.endpoint(a, 1), LAY.endpoint(b, 1)) for a, b in CROSS] + left[:1]
+    assert engine.cfg.latency_persist_windows == 3
+
+    def window(k, findings):
+        pairs = [p for f in findings for p in f.pairs]
+        return engine._update_incidents(T0 + k * W, findings, {}, set(pairs),
+                                        dict.fromkeys(pairs, "latency"), engine._open,
+                                        engine._streak, engine._persist)
+
+    def two_windows():
+        assert window(0, [Finding(tor, "underlay", "latency", under, 0.8)]) == []
+        assert window(1, [Finding(tor, "underlay", "latency", under, 0.8),
+                          Finding(guess, "unknown", "latency", left, 0.2)]) == []
+
+    two_windows()
+    assert window(2, [Finding(spine, "underlay", "latency", other, 0.8)]) == []
+    assert engine.list_incidents() == []
+    # A finding about the ToR's pairs (its link, say) does carry the run on.
+    engine = Analyzer(engine.topo, engine.cfg)
+    two_windows()
+    link = Component("link", f"{LAY.nic(0, 0)}~{tor.id}")
+    opened = window(2, [Finding(link, "underlay", "latency", under[:3], 0.8)])
+    assert [(i.component, i.start) for i in opened] == [(link, T0)]
