@@ -1021,6 +1021,14 @@ class Analyzer:
             # An open guess about pairs that mostly may cross this component:
             # the same fault, now located.
             best = self._mostly_crossing(open_map, key, lambda k: k[0] == "endpoint")
+        if best is None and f.component.type == "host":
+            # An open incident on a link of one of the host's NICs, failing
+            # the same way: the host's fault, first seen on that NIC's pairs
+            # (the window it began, one NIC's pairs had lost enough).
+            best = next((k for k, inc_id in open_map.items()
+                         if k[0] == "link" and self._host_of(k[1]) == f.component.id
+                         and (self.incidents[inc_id].symptom in LOSSY) == (f.symptom in LOSSY)),
+                        None)
         if best is None and f.component.type in _FABRIC:
             # An open incident on a touching link or switch (a sibling link
             # of one switch, a switch's own link) whose pairs mostly may

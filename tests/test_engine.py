@@ -1067,3 +1067,31 @@ def test_a_guess_left_over_by_one_congestion_does_not_pass_its_run_to_another(en
     link = Component("link", f"{LAY.nic(0, 0)}~{tor.id}")
     opened = window(2, [Finding(link, "underlay", "latency", under[:3], 0.8)])
     assert [(i.component, i.start) for i in opened] == [(link, T0)]
+
+
+def test_a_host_named_after_one_of_its_nic_links_takes_over_that_links_incident(engine):
+    """A host losing 2 % of its probes: the window it began, only pairs of
+    its rail-0 NIC had lost enough, and that NIC's link was named; the next
+    window other pairs of several of its NICs name the host. One fault: the
+    link's incident is renamed the host in place (before: a second
+    incident, the link's kept open beside it for the whole fault). A host
+    merely slow beside it is another matter."""
+    from analyzer.localize import Finding
+
+    link = Component("link", f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}")
+    host = Component("host", LAY.host(0))
+    first = sorted(of_endpoint(0, 0))[:2]
+    later = sorted(of_endpoint(0, 0))[2:] + sorted(of_endpoint(0, 1))
+
+    def window(k, f):
+        return engine._update_incidents(T0 + k * W, [f], {}, set(f.pairs),
+                                        dict.fromkeys(f.pairs, f.symptom), engine._open,
+                                        engine._streak, engine._persist)
+
+    window(0, Finding(link, "underlay", "loss", first, 0.6))
+    (inc,) = engine.list_incidents()
+    window(1, Finding(host, "host", "latency", later, 0.6))
+    assert [i.component for i in engine.list_incidents()] == [link]
+    window(2, Finding(host, "host", "loss", later, 0.6))
+    assert [(i.id, i.component) for i in engine.list_incidents()] == [(inc.id, host)]
+    assert set(inc.pairs) == set(first + later)
