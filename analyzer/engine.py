@@ -27,7 +27,7 @@ from analyzer.detect import (
     poisson_sf,
 )
 from analyzer.history import PairHistory
-from analyzer.localize import CERTAIN, LOSSY, Finding, Pair, localize, worst_symptom
+from analyzer.localize import CERTAIN, LOSSY, Finding, Pair, localize, unshared, worst_symptom
 from analyzer.onset import drift_onset, ending, onset
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
@@ -933,7 +933,8 @@ class Analyzer:
         held = (inc.component.type, inc.component.id)
         key = (f.component.type, f.component.id)
         return ({f.component.type, inc.component.type} <= _FABRIC
-                and f.confidence >= WEAK_CONFIDENCE and self._related(held, key)
+                and unshared(f, self._switches_of) >= WEAK_CONFIDENCE
+                and self._related(held, key)
                 and votes.get(key, 0.0) > votes.get(held, 0.0))
 
     def _widens(self, f: Finding, inc: Incident) -> bool:

@@ -169,7 +169,7 @@ def _pooled_findings(unexplained: set[Pair], links: list[Finding], rest: Mapping
     pooled groups are the links every path crosses (a NIC's), so a lossy
     ToR or spine link makes several of its NICs' groups significant, and
     none of them is the fault."""
-    weak = {p: f.component.id for f in links if _unshared(f, switches_of) < POOLED_CONFIDENCE
+    weak = {p: f.component.id for f in links if unshared(f, switches_of) < POOLED_CONFIDENCE
             for p in f.pairs}
     by_link: dict[str, list[Pair]] = defaultdict(list)
     for p in sorted(unexplained | set(weak)):
@@ -319,7 +319,7 @@ def _merge_hosts(links: list[Finding], host_of: HostOf) -> list[Finding]:
     return out + [f for i, f in enumerate(links) if i not in used]
 
 
-def _unshared(f: Finding, switches_of: SwitchesOf | None, at: str | None = None) -> float:
+def unshared(f: Finding, switches_of: SwitchesOf | None, at: str | None = None) -> float:
     """A link's confidence before it was shared with the twins its pairs
     cannot tell it from, where link and twins meet at one switch (`at`, if
     given): the two links of one path through it, which the pairs cross
@@ -396,7 +396,7 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
             sw = best
         out.append(Finding(component=Component("switch", sw), layer="underlay",
                            symptom=worst_symptom(links[i].symptom for i in idx), pairs=pairs,
-                           confidence=round(min(_unshared(links[i], switches_of, sw)
+                           confidence=round(min(unshared(links[i], switches_of, sw)
                                                 for i in idx), 3),
                            evidence=evidence))
     out += [f for i, f in enumerate(links) if i not in used]

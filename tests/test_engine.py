@@ -1095,3 +1095,34 @@ def test_a_host_named_after_one_of_its_nic_links_takes_over_that_links_incident(
     window(2, Finding(host, "host", "loss", later, 0.6))
     assert [(i.id, i.component) for i in engine.list_incidents()] == [(inc.id, host)]
     assert set(inc.pairs) == set(first + later)
+
+
+def test_a_link_whose_twin_halves_its_confidence_may_still_rename_its_incident(engine):
+    """A slow ToR-spine link on a rail of two ToRs: every window names it at
+    0.41, half of what its pairs say of their path (its twin, the spine's
+    link to the other ToR, cannot be told from it). A congestion of the ToR
+    at its end had named the incident first. The link's windows outweigh
+    the ToR's one and rename it in place (before: a finding under 0.5 never
+    moved an incident, and the ToR kept it for the whole fault)."""
+    from analyzer.localize import Finding
+    from netskel.topology import link_id
+
+    tor = Component("switch", LAY.tor(0, 0))
+    link = Component("link", link_id(LAY.spine(0), LAY.tor(0, 0)))
+    twin = link_id(LAY.spine(0), LAY.tor(0, 1))
+    cross = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in CROSS]
+    evidence = {"votes": {link.id: 3.3, twin: 3.3}, "anomalous_pairs": 4,
+                "healthy_pairs_on_link": 0, "indistinguishable_from": [twin]}
+
+    def window(k, f):
+        engine._update_incidents(T0 + k * W, [f], {}, set(f.pairs),
+                                 dict.fromkeys(f.pairs, "loss"), engine._open,
+                                 engine._streak, engine._persist)
+
+    window(0, Finding(tor, "underlay", "loss", cross, 0.6))
+    (inc,) = engine.list_incidents()
+    window(1, Finding(link, "underlay", "loss", cross, 0.41, dict(evidence)))
+    assert inc.component == tor, "0.41 against 0.6"
+    window(2, Finding(link, "underlay", "loss", cross, 0.41, dict(evidence)))
+    assert (inc.component, inc.evidence["refined_from"]["id"]) == (link, tor.id)
+    assert [i.id for i in engine.list_incidents()] == [inc.id]
