@@ -139,6 +139,7 @@ class Analyzer:
         # Open link or switch incident -> the links and switches its windows
         # named, with the sum of their confidences: what it is named for (_moves).
         self._votes: dict[str, dict[tuple[str, str], float]] = {}
+        self._merged: list[str] = []  # incidents folded into another since the last save
         self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
         self._silent: set[str] = set()
         self.overlay = OverlayTables(topo)
@@ -244,7 +245,9 @@ class Analyzer:
         if progress is not None and due:
             progress("analysing windows", len(due), len(due))
         self._prune(now)
-        removed = self._retire(now)
+        removed = self._retire(now) + self._merged
+        self._merged = []
+        changed = {k: v for k, v in changed.items() if k in self.incidents}
         if self._store is not None and (changed or removed):
             where = {**{v: "short" for v in self._open.values()},
                      **{v: "drift" for v in self._open_drift.values()}}
@@ -810,6 +813,9 @@ class Analyzer:
                 inc.symptom = worst_symptom((inc.symptom, f.symptom))
                 inc.evidence = ev
             changed.append(inc)
+        for f in findings:
+            if f.component.type == "agent" and open_map is self._open:
+                changed += self._absorb_into_agent(f, open_map)
         for key in [k for k in streaks if k not in seen_keys]:
             del streaks[key]
         for inc_id in [i for i in self._relapse if i not in relapsing]:
@@ -820,8 +826,13 @@ class Analyzer:
                 continue
             inc = self.incidents[inc_id]
             seen = [p for p in inc.pairs if p in observed]
-            if seen and (inc_id in faded or not self._shows(inc, anomalous)):
-                if counts is not None and inc.symptom == "loss" and self._still_lossy(inc, counts):
+            # A stopped agent's pairs fail for that reason alone: they keep
+            # its own incident open, not one a network finding opened on
+            # them the window it stopped.
+            stopped = self.dead | self._silent if inc.component.type != "agent" else set()
+            if seen and (inc_id in faded or not self._shows(inc, anomalous, stopped)):
+                if counts is not None and inc.symptom == "loss" and \
+                        self._still_lossy(inc, counts, stopped):
                     # Losses short of significance, but more than the pairs'
                     # healthy rates explain: a weak fault between detections,
                     # not its end.
@@ -842,6 +853,43 @@ class Analyzer:
                 changed.append(inc)
                 log.warning("incident %s closed", inc.id)
         return changed
+
+    def _absorb_into_agent(self, f: Finding, open_map: dict[tuple[str, str], str]
+                           ) -> list[Incident]:
+        """Open incidents a stopped agent's finding explains, merged into the
+        agent's: in the window an agent stops it is not yet known to have
+        (it probed until then), and its failing pairs may open a link or
+        host incident. One fault, one incident: an incident that began no
+        earlier than a window before the agent's, at least half of whose
+        pairs are the agent's (the rest lost a probe in that window too), is
+        folded into it (start, pairs; `evidence.merged` names it) and
+        removed."""
+        home_id = open_map.get(("agent", f.component.id))
+        if home_id is None:
+            return []
+        home = self.incidents[home_id]
+        eps = set(f.evidence.get("endpoints") or [f.component.id])
+        mine = set(f.pairs)
+        merged = []
+        for k, inc_id in list(open_map.items()):
+            inc = self.incidents[inc_id]
+            theirs = sum(1 for p in inc.pairs if p in mine or eps & set(p))
+            if k[0] == "agent" or not inc.pairs or inc.start < home.start - self._window_len \
+                    or 2 * theirs < len(inc.pairs):
+                continue
+            home.start = min(home.start, inc.start)
+            home.pairs = sorted(set(home.pairs) | set(inc.pairs))
+            merged.append(inc_id)
+            del open_map[k], self.incidents[inc_id]
+            for held in (self._clean, self._votes, self._onset_due, self._relapse):
+                held.pop(inc_id, None)
+            self._merged.append(inc_id)
+            log.warning("incident %s merged into %s", inc_id, home_id)
+        if not merged:
+            return []
+        home.evidence = {**home.evidence,
+                         "merged": list(home.evidence.get("merged", [])) + merged}
+        return [home]
 
     def _as_refined(self, inc_id: str, f: Finding) -> Incident:
         """The incident as the finding would leave it: a guess (an endpoint)
@@ -887,12 +935,15 @@ class Analyzer:
                    for s in findings)
 
     @staticmethod
-    def _shows(inc: Incident, anomalous: Mapping[Pair, str]) -> bool:
+    def _shows(inc: Incident, anomalous: Mapping[Pair, str],
+               stopped: Collection[str] = ()) -> bool:
         """Whether this window's anomalies are the incident's kind: a flow's
-        fact that lost probes is not kept open by its pairs being slow."""
+        fact that lost probes is not kept open by its pairs being slow; nor
+        is anything by pairs of a `stopped` endpoint."""
+        pairs = [p for p in inc.pairs if p[0] not in stopped and p[1] not in stopped]
         if inc.component.type in _FLOW_FACTS and inc.symptom in LOSSY:
-            return any(anomalous.get(p) in LOSSY for p in inc.pairs)
-        return any(p in anomalous for p in inc.pairs)
+            return any(anomalous.get(p) in LOSSY for p in pairs)
+        return any(p in anomalous for p in pairs)
 
     def _may_follow(self, f: Finding, before: dict[tuple[str, str], _Streak],
                     k: tuple[str, str]) -> bool:
@@ -982,7 +1033,8 @@ class Analyzer:
                for p in self.incidents[iid].pairs if p in self._pair_id]
         return np.isin(pid, ids) if ids else None
 
-    def _still_lossy(self, inc: Incident, counts: tuple[np.ndarray, np.ndarray]) -> bool:
+    def _still_lossy(self, inc: Incident, counts: tuple[np.ndarray, np.ndarray],
+                     stopped: Collection[str] = ()) -> bool:
         """Whether the incident's pairs lost more probes this window than
         their healthy rates make plausible (one-sided Poisson at
         close_loss_alpha; each row's rate is its own healthy history's)."""
@@ -998,6 +1050,8 @@ class Analyzer:
             # and every other pair all of whose paths cross the link: a slow
             # loss takes a probe of another of its pairs each window
             ids = sorted(set(ids) | set(self._pairs_crossing(inc.component.id).tolist()))
+        if stopped:  # their probes are lost for want of an agent
+            ids = [i for i in ids if not set(self._pairs[i]) & set(stopped)]
         if not ids:
             return False
         expected = float(counts[0][ids].sum())

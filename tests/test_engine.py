@@ -1126,3 +1126,56 @@ def test_a_link_whose_twin_halves_its_confidence_may_still_rename_its_incident(e
     window(2, Finding(link, "underlay", "loss", cross, 0.41, dict(evidence)))
     assert (inc.component, inc.evidence["refined_from"]["id"]) == (link, tor.id)
     assert [i.id for i in engine.list_incidents()] == [inc.id]
+
+
+def test_an_incident_opened_on_a_stopping_agents_pairs_is_folded_into_the_agents():
+    """An agent stops 18 s into a window: it probed until then, so it is not
+    yet known to have stopped, and its failing pairs (with another pair's
+    stray lost probe) name a link. The next window names the agent. One
+    fault: the link's incident is folded into the agent's (its start and
+    pairs kept, `evidence.merged`) and removed (before: it stayed beside
+    the agent's, and being surer it was what a reader saw first)."""
+    from analyzer.localize import Finding
+
+    ep = LAY.endpoint(3, 0)
+    agent = Component("agent", ep)
+    link = Component("link", f"{LAY.nic(2, 0)}~{LAY.tor(0, LAY.tor_index(2))}")
+    own = Component("link", f"{LAY.nic(3, 0)}~{LAY.tor(0, LAY.tor_index(3))}")
+    stray = (LAY.endpoint(1, 0), LAY.endpoint(2, 0))
+    first = [Finding(own, "underlay", "loss", [(LAY.endpoint(a, 0), ep) for a in (0, 1)], 1.0),
+             Finding(link, "underlay", "loss", [(LAY.endpoint(2, 0), ep), stray], 1.0)]
+    stopped = [Finding(agent, "agent", "unreachable", sorted(of_endpoint(3, 0)), 0.9,
+                       {"endpoints": [ep]})]
+
+    e = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig())
+    e._window_len = W  # as process() sets it
+    for k, fs in enumerate([first, stopped]):
+        pairs = [p for f in fs for p in f.pairs]
+        e._update_incidents(T0 + k * W, fs, {}, set(pairs), dict.fromkeys(pairs, "loss"),
+                            e._open, e._streak, e._persist)
+    (inc,) = e.list_incidents()
+    assert (inc.component, inc.start, inc.evidence["refined_from"]["id"]) == (agent, T0, own.id)
+    assert stray in inc.pairs and inc.evidence["merged"] == e._merged != []
+
+
+def test_an_incident_is_not_kept_open_by_the_pairs_of_a_stopped_agent(engine):
+    """A link incident, then the agent at one end of its pair stops (known
+    dead): that pair fails every window for want of an agent, which says
+    nothing of the link. Its windows are clean for the link's incident,
+    which closes after close_windows (before: open as long as the agent
+    stayed down)."""
+    from analyzer.localize import Finding
+
+    ep = LAY.endpoint(3, 0)
+    link = Component("link", f"{LAY.nic(2, 0)}~{LAY.tor(0, LAY.tor_index(2))}")
+    pairs = [(LAY.endpoint(2, 0), ep), (LAY.endpoint(0, 0), LAY.endpoint(2, 0))]
+    engine._window_len = W
+    engine._update_incidents(T0, [Finding(link, "underlay", "loss", pairs, 1.0)], {}, set(pairs),
+                             dict.fromkeys(pairs, "loss"), engine._open, engine._streak,
+                             engine._persist)
+    (inc,) = engine.list_incidents()
+    engine.dead.add(ep)
+    for k in range(1, 1 + engine.cfg.close_windows):
+        engine._update_incidents(T0 + k * W, [], {}, set(pairs), {pairs[0]: "unreachable"},
+                                 engine._open, engine._streak, engine._persist)
+    assert inc.end == T0 + W
