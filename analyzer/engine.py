@@ -717,7 +717,7 @@ class Analyzer:
             # One incident per fault: a finding about pairs an open incident
             # already holds refines that incident (a more certain component
             # replaces its guess, id kept) or just keeps it open.
-            held = self._overlapping(f, open_map, key)
+            held = self._overlapping(f, open_map, key, anomalous)
             own = open_map.get(key) or (open_map[held] if held is not None else None)
             if own is not None and f.symptom == self.incidents[own].symptom == "loss" and \
                     counts is not None and not self._still_lossy(self._as_refined(own, f), counts):
@@ -1061,12 +1061,17 @@ class Analyzer:
         return float(poisson_sf(lost - 1, max(expected, 1e-12))) < self.cfg.close_loss_alpha
 
     def _overlapping(self, f: Finding, open_map: dict[tuple[str, str], str],
-                     key: tuple[str, str]) -> tuple[str, str] | None:
+                     key: tuple[str, str], anomalous: Mapping[Pair, str] | None = None
+                     ) -> tuple[str, str] | None:
         """The open incident (other than the finding's own) sharing at least
-        half of the smaller of their pair sets, most shared first."""
+        half of the smaller of their pair sets, most shared first. A finding
+        that lost probes is its lossy pairs (`anomalous`): the slow ones a
+        congestion beside the fault added to it are another matter."""
         if key in open_map:
             return None
         mine = set(f.pairs)
+        if anomalous is not None and f.symptom in LOSSY:
+            mine = {p for p in mine if anomalous.get(p) in LOSSY} or mine
         best, best_n = None, 0
         for k, inc_id in open_map.items():
             n = _half_shared(mine, self.incidents[inc_id].pairs)

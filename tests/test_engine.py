@@ -1179,3 +1179,28 @@ def test_an_incident_is_not_kept_open_by_the_pairs_of_a_stopped_agent(engine):
         engine._update_incidents(T0 + k * W, [], {}, set(pairs), {pairs[0]: "unreachable"},
                                  engine._open, engine._streak, engine._persist)
     assert inc.end == T0 + W
+
+
+def test_a_congestion_beside_a_dead_switch_does_not_open_a_second_incident(engine):
+    """A ToR down (its pairs unreachable, one incident). A congestion on a
+    neighbouring switch slows a few other pairs; the cover names that
+    switch for them together with some of the dead ToR's pairs, as a lossy
+    finding. Its lossy pairs are the open incident's: it keeps that open and
+    opens nothing (before: its slow pairs diluted the share, and a second,
+    'unreachable' incident opened on the neighbour)."""
+    from analyzer.localize import Finding
+
+    dead = Component("switch", LAY.tor(0, 0))
+    beside = Component("switch", LAY.tor(1, 1))
+    down = rail_pairs(0) + rail_pairs(1)[:2]
+    slow = rail_pairs(1)[2:]
+    mixed = Finding(beside, "underlay", "unreachable", down[:3] + slow, 1.0)
+    engine._update_incidents(T0, [Finding(dead, "underlay", "unreachable", down, 1.0)], {},
+                             set(down), dict.fromkeys(down, "unreachable"), engine._open,
+                             engine._streak, engine._persist)
+    (inc,) = engine.list_incidents()
+    anomalous = dict.fromkeys(down, "unreachable") | dict.fromkeys(slow, "latency")
+    engine._update_incidents(T0 + W, [Finding(dead, "underlay", "unreachable", down[3:], 1.0),
+                                      mixed], {}, set(anomalous), anomalous, engine._open,
+                             engine._streak, engine._persist)
+    assert [i.id for i in engine.list_incidents()] == [inc.id]
