@@ -319,14 +319,15 @@ def _merge_hosts(links: list[Finding], host_of: HostOf) -> list[Finding]:
     return out + [f for i, f in enumerate(links) if i not in used]
 
 
-def unshared(f: Finding, switches_of: SwitchesOf | None, at: str | None = None) -> float:
+def unshared(f: Finding, switches_of: SwitchesOf | None) -> float:
     """A link's confidence before it was shared with the twins its pairs
-    cannot tell it from, where link and twins meet at one switch (`at`, if
-    given): the two links of one path through it, which the pairs cross
-    together. How surely their trouble lies on that path the twins do not
-    weaken, only which link of it; named as that switch, not even that.
-    Twins through other switches (ECMP alternatives no route pinned) are
-    doubt about the path itself, and keep their share."""
+    cannot tell it from, where link and twins meet at one switch: the two
+    links of one path through it, which the pairs cross together. How
+    surely their trouble lies on that path the twins do not weaken, only
+    which link of it. Twins through other switches (ECMP alternatives no
+    route pinned) are doubt about the path itself, and keep their share.
+    (A switch named from its links keeps their shared confidence: a lossy
+    window of a congested switch is weak evidence, and must hold a window.)"""
     ev = f.evidence
     twins = ev.get("indistinguishable_from") or []
     if not twins or switches_of is None:
@@ -334,7 +335,7 @@ def unshared(f: Finding, switches_of: SwitchesOf | None, at: str | None = None) 
     common = set(switches_of(f.component.id))
     for t in twins:
         common &= set(switches_of(t))
-    if not common or (at is not None and at not in common):
+    if not common:
         return f.confidence
     pairs = int(ev["anomalous_pairs"]) + int(ev["healthy_pairs_on_link"])
     return min(1.0, float(ev["votes"][f.component.id]) / pairs)
@@ -396,8 +397,7 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
             sw = best
         out.append(Finding(component=Component("switch", sw), layer="underlay",
                            symptom=worst_symptom(links[i].symptom for i in idx), pairs=pairs,
-                           confidence=round(min(unshared(links[i], switches_of, sw)
-                                                for i in idx), 3),
+                           confidence=round(min(links[i].confidence for i in idx), 3),
                            evidence=evidence))
     out += [f for i, f in enumerate(links) if i not in used]
     return out
