@@ -820,16 +820,17 @@ class Analyzer:
             del streaks[key]
         for inc_id in [i for i in self._relapse if i not in relapsing]:
             del self._relapse[inc_id]  # a slowdown in a row, or none
+        # A stopped agent's pairs fail for that reason alone: they keep its
+        # own incident open, not one a network finding opened on them the
+        # window it stopped.
+        gone = self.dead | self._silent
         for key, inc_id in list(open_map.items()):
             if key in seen_keys:
                 self._clean.pop(inc_id, None)
                 continue
             inc = self.incidents[inc_id]
             seen = [p for p in inc.pairs if p in observed]
-            # A stopped agent's pairs fail for that reason alone: they keep
-            # its own incident open, not one a network finding opened on
-            # them the window it stopped.
-            stopped = self.dead | self._silent if inc.component.type != "agent" else set()
+            stopped = gone if inc.component.type != "agent" else set()
             if seen and (inc_id in faded or not self._shows(inc, anomalous, stopped)):
                 if counts is not None and inc.symptom == "loss" and \
                         self._still_lossy(inc, counts, stopped):
@@ -1051,7 +1052,8 @@ class Analyzer:
             # loss takes a probe of another of its pairs each window
             ids = sorted(set(ids) | set(self._pairs_crossing(inc.component.id).tolist()))
         if stopped:  # their probes are lost for want of an agent
-            ids = [i for i in ids if not set(self._pairs[i]) & set(stopped)]
+            ids = [i for i in ids
+                   if self._pairs[i][0] not in stopped and self._pairs[i][1] not in stopped]
         if not ids:
             return False
         expected = float(counts[0][ids].sum())
