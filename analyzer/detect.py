@@ -106,10 +106,11 @@ def loss_logp(lost: np.ndarray, expected: np.ndarray, min_lost: int) -> np.ndarr
 
 
 LOSS_SCALES = (1, 2, 4, 8)  # windows a pooled loss test sums, newest back (see Carry)
-# A span's loss has ended when this window lost so much less than the span's
-# windows before it did that Poisson chance gives it less than ENDED_ALPHA,
-# and no more than a healthy window might (at least QUIET_P likely at the
-# healthy rate): a weaker loss going on after a strong one has not ended.
+# A span's loss has ended when its newest windows (this one, or this one and
+# the next older ones) lost so much less than its older windows did that
+# Poisson chance gives it less than ENDED_ALPHA, and no more than healthy
+# windows might (at least QUIET_P likely at the healthy rate): a weaker loss
+# going on after a strong one has not ended (see _ended).
 ENDED_ALPHA = 1e-3
 QUIET_P = 0.01
 TAIL_SCALES = (1, 2)  # ... and a slow-tail test: congestion must not add up over minutes
@@ -173,6 +174,37 @@ class Carry:
         return self
 
 
+def _ended(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarray, carry: Carry,
+           scales: Sequence[int], cols: np.ndarray) -> np.ndarray:
+    """Per scale (rows) and group: its span is a fault that ended, not one
+    going on. Summed with the windows after it, a spine that was down would
+    keep every link it served "lossy" for minutes, and the odd healthy loss
+    on them would be named. Ended: some tail (this window and the newest
+    windows before it, shorter than the span) lost no more than a healthy
+    tail might (QUIET_P at the healthy rate) and so much less than the older
+    windows of the span did that Poisson chance gives it less than
+    ENDED_ALPHA. A tail of this window alone is not enough where one lost
+    probe is already unlikely at the healthy rate (a pair's 60 probes):
+    five quiet windows after a loop, then one loss, was summed with the
+    loop."""
+    deepest = max(scales)
+    cum_sent, cum_lost = carry.spans(range(1, deepest + 1), cols)  # [j]: j windows before
+    ended = np.zeros((len(scales), len(cols)), dtype=bool)
+    for j in range(deepest - 1):
+        tail_sent, tail_lost = now_sent + cum_sent[j], now_lost + cum_lost[j]
+        quiet = poisson_sf(tail_lost - 1, np.maximum(tail_sent * rate, 1e-12)) >= QUIET_P
+        if not quiet.any():
+            continue
+        for i, k in enumerate(scales):
+            if k - 1 <= j:
+                continue
+            old_sent, old_lost = cum_sent[k - 1] - cum_sent[j], cum_lost[k - 1] - cum_lost[j]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                before = np.where(old_sent > 0, old_lost / old_sent, 0.0)
+            ended[i] |= quiet & (poisson_cdf(tail_lost, tail_sent * before) < ENDED_ALPHA)
+    return ended
+
+
 def scaled_loss_logp(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarray, carry: Carry,
                      scales: Sequence[int], min_lost: int, cols: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -192,17 +224,8 @@ def scaled_loss_logp(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarra
     tot = now_lost[cand][None, :] + span_lost
     mu = np.maximum((now_sent[cand][None, :] + span_sent) * rate[cand][None, :], 1e-12)
     lp = loss_logp(tot, mu, min_lost)
-    # A span whose losses this window has stopped is a fault that ended, not
-    # one going on: summed with the windows after it, a spine that was down
-    # would keep every link it served "lossy" for minutes, and the odd
-    # healthy loss on them would be named.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        before = np.where(span_sent > 0, span_lost / span_sent, 0.0)
-    lost_now, sent_now = now_lost[cand], now_sent[cand]
-    quiet = poisson_sf(lost_now - 1, np.maximum(sent_now * rate[cand], 1e-12)) >= QUIET_P
-    ended = quiet[None, :] & (poisson_cdf(lost_now[None, :], sent_now[None, :] * before)
-                              < ENDED_ALPHA)
-    lp = np.where(ended, 0.0, lp)
+    lp = np.where(_ended(now_sent[cand], now_lost[cand], rate[cand], carry, scales, cols[cand]),
+                  0.0, lp)
     best = np.argmin(lp, axis=0)
     c = np.arange(len(cand))
     t, m = tot[best, c], mu[best, c]

@@ -200,6 +200,31 @@ def test_a_loss_that_stopped_is_not_summed_with_the_windows_after_it():
     assert found == [1, 6, 2]
 
 
+def test_a_loss_that_stopped_windows_ago_is_not_summed_with_a_later_lost_probe():
+    """One pair (60 probes a window) loses everything for three windows (an
+    overlay loop), then nothing for five: the fault has ended. In the sixth
+    window it loses one probe, which at its healthy rate is not quiet in one
+    window (p 0.006), so 'this window says the span ended' did not hold, and
+    summed with the loop's last windows, still in the ring, it was named and
+    opened a second incident. The five quiet windows after the span say it
+    ended. A loss that comes back strongly is still found at once."""
+    from analyzer.detect import pooled_loss_carried
+
+    g, sent, hist = _one_link(1), np.full(1, 60), np.zeros(1)
+    for back in (1, 40):
+        carry, named = None, []
+        for k in range(9):
+            lost = np.full(1, 60 if k < 3 else 0)
+            if k == 8:
+                lost[0] = back
+            hit, _, carry, _ = pooled_loss_carried(g, sent, lost, hist, hist, carry=carry,
+                                                   **SLOW)
+            named.append(bool(hit[0]))
+        assert named[:3] == [True] * 3
+        assert named[3:8] == [False] * 5
+        assert named[8] is (back == 40)
+
+
 def test_losses_at_the_healthy_rate_do_not_add_up_to_an_alarm():
     """The multi-window test spends the window's false-alarm budget across
     its scales: 200 windows of 50 links at the floor rate raise no more
