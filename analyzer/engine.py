@@ -139,7 +139,9 @@ class Analyzer:
         # Open link or switch incident -> the links and switches its windows
         # named, with the sum of their confidences: what it is named for (_moves).
         self._votes: dict[str, dict[tuple[str, str], float]] = {}
-        self._merged: list[str] = []  # incidents folded into another since the last save
+        # Incidents folded into another since the last tick, as last seen
+        # (closed, `evidence.merged_into`): removed, and told to watchers once.
+        self._merged: list[Incident] = []
         self._last_probe: dict[str, float] = {}  # endpoint -> start of its latest probing window
         self._silent: set[str] = set()
         self.overlay = OverlayTables(topo)
@@ -245,8 +247,8 @@ class Analyzer:
         if progress is not None and due:
             progress("analysing windows", len(due), len(due))
         self._prune(now)
-        removed = self._retire(now) + self._merged
-        self._merged = []
+        removed = self._retire(now) + [i.id for i in self._merged]
+        gone, self._merged = self._merged, []
         changed = {k: v for k, v in changed.items() if k in self.incidents}
         if self._store is not None and (changed or removed):
             where = {**{v: "short" for v in self._open.values()},
@@ -256,7 +258,7 @@ class Analyzer:
         open_by_layer = Counter(i.layer for i in self.incidents.values() if i.end is None)
         for layer in LAYERS:
             metrics.INCIDENTS_OPEN.labels(layer=layer).set(open_by_layer[layer])
-        return list(changed.values())
+        return list(changed.values()) + gone
 
     def attach_store(self, store: IncidentStore) -> None:
         """Incidents from before a restart: open ones stay open under their
@@ -815,7 +817,7 @@ class Analyzer:
             changed.append(inc)
         for f in findings:
             if f.component.type == "agent" and open_map is self._open:
-                changed += self._absorb_into_agent(f, open_map)
+                changed += self._absorb_into_agent(f, open_map, start)
         for key in [k for k in streaks if k not in seen_keys]:
             del streaks[key]
         for inc_id in [i for i in self._relapse if i not in relapsing]:
@@ -855,7 +857,7 @@ class Analyzer:
                 log.warning("incident %s closed", inc.id)
         return changed
 
-    def _absorb_into_agent(self, f: Finding, open_map: dict[tuple[str, str], str]
+    def _absorb_into_agent(self, f: Finding, open_map: dict[tuple[str, str], str], start: float
                            ) -> list[Incident]:
         """Open incidents a stopped agent's finding explains, merged into the
         agent's: in the window an agent stops it is not yet known to have
@@ -864,7 +866,9 @@ class Analyzer:
         earlier than a window before the agent's, at least half of whose
         pairs are the agent's (the rest lost a probe in that window too), is
         folded into it (start, pairs; `evidence.merged` names it) and
-        removed."""
+        removed. Its watchers see it once more, closed at this window's
+        start with `evidence.merged_into` naming the agent's: without that
+        a diagnosis engine would hold it open for ever."""
         home_id = open_map.get(("agent", f.component.id))
         if home_id is None:
             return []
@@ -884,7 +888,8 @@ class Analyzer:
             del open_map[k], self.incidents[inc_id]
             for held in (self._clean, self._votes, self._onset_due, self._relapse):
                 held.pop(inc_id, None)
-            self._merged.append(inc_id)
+            self._merged.append(dataclasses.replace(
+                inc, end=start, evidence={**inc.evidence, "merged_into": home_id}))
             log.warning("incident %s merged into %s", inc_id, home_id)
         if not merged:
             return []

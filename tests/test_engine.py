@@ -1155,7 +1155,12 @@ def test_an_incident_opened_on_a_stopping_agents_pairs_is_folded_into_the_agents
                             e._open, e._streak, e._persist)
     (inc,) = e.list_incidents()
     assert (inc.component, inc.start, inc.evidence["refined_from"]["id"]) == (agent, T0, own.id)
-    assert stray in inc.pairs and inc.evidence["merged"] == e._merged != []
+    assert stray in inc.pairs and inc.evidence["merged"] == [m.id for m in e._merged] != []
+    # Watchers see the folded incident once more, closed, naming the agent's.
+    told = e.tick(T0 + 2 * W + 5)
+    (gone,) = [i for i in told if i.id in inc.evidence["merged"]]
+    assert (gone.end, gone.component, gone.evidence["merged_into"]) == (T0 + W, link, inc.id)
+    assert e.tick(T0 + 2 * W + 6) == [] and e.list_incidents() == [inc]
 
 
 def test_an_incident_is_not_kept_open_by_the_pairs_of_a_stopped_agent(engine):

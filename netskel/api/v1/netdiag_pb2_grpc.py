@@ -74,7 +74,9 @@ class NetDiagServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchIncidents(self, request, context):
-        """Incidents as they open, change and close.
+        """Incidents as they open, change and close. One folded into another (a
+        fault first seen as two) comes once more, closed, with evidence
+        "merged_into" naming the incident it goes on as; it is then gone.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -38,7 +38,10 @@ class NetDiagStub:
     """Verdict on suspect endpoints or endpoint pairs over a time range."""
     ListIncidents: _grpc.UnaryUnaryMultiCallable[_netdiag_pb2.ListIncidentsRequest, _netdiag_pb2.ListIncidentsResponse]
     WatchIncidents: _grpc.UnaryStreamMultiCallable[_netdiag_pb2.WatchIncidentsRequest, _common_pb2.Incident]
-    """Incidents as they open, change and close."""
+    """Incidents as they open, change and close. One folded into another (a
+    fault first seen as two) comes once more, closed, with evidence
+    "merged_into" naming the incident it goes on as; it is then gone.
+    """
     PairHistory: _grpc.UnaryUnaryMultiCallable[_netdiag_pb2.PairHistoryRequest, _netdiag_pb2.PairHistoryResponse]
     """One pair's recent windows (latency and loss per size), oldest first."""
 
@@ -49,7 +52,10 @@ class NetDiagAsyncStub(NetDiagStub):
     """Verdict on suspect endpoints or endpoint pairs over a time range."""
     ListIncidents: _aio.UnaryUnaryMultiCallable[_netdiag_pb2.ListIncidentsRequest, _netdiag_pb2.ListIncidentsResponse]  # type: ignore[assignment]
     WatchIncidents: _aio.UnaryStreamMultiCallable[_netdiag_pb2.WatchIncidentsRequest, _common_pb2.Incident]  # type: ignore[assignment]
-    """Incidents as they open, change and close."""
+    """Incidents as they open, change and close. One folded into another (a
+    fault first seen as two) comes once more, closed, with evidence
+    "merged_into" naming the incident it goes on as; it is then gone.
+    """
     PairHistory: _aio.UnaryUnaryMultiCallable[_netdiag_pb2.PairHistoryRequest, _netdiag_pb2.PairHistoryResponse]  # type: ignore[assignment]
     """One pair's recent windows (latency and loss per size), oldest first."""
 
@@ -75,7 +81,10 @@ class NetDiagServicer(metaclass=_abc_1.ABCMeta):
         request: _netdiag_pb2.WatchIncidentsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_common_pb2.Incident], _abc.AsyncIterator[_common_pb2.Incident]]:
-        """Incidents as they open, change and close."""
+        """Incidents as they open, change and close. One folded into another (a
+        fault first seen as two) comes once more, closed, with evidence
+        "merged_into" naming the incident it goes on as; it is then gone.
+        """
 
     @_abc_1.abstractmethod
     def PairHistory(
