@@ -960,12 +960,15 @@ class Analyzer:
         key = (f.component.type, f.component.id)
         st = before[k]
         shared = sum(1 for p in f.pairs if p in st.pairs)
-        if st.guess and st.anchor and not _guessed(f) and not _half_shared(set(f.pairs),
-                                                                           st.anchor):
-            # A guess that carried on a located finding's run (its leftover
-            # pairs) passes that run on only to a finding about the located
-            # one's pairs: a ToR's congestion, then a spine's 40 s later
-            # sharing one leftover pair, are two episodes.
+        located = st.pairs if not st.guess else st.anchor
+        if located and not _guessed(f) and 2 * sum(1 for p in f.pairs if p in located) \
+                < len(located):
+            # A located finding's run (or a guess's that carried one on: its
+            # leftover pairs) passes on only to a finding about at least half
+            # of its pairs: a ToR's congestion, then a spine's 40 s later
+            # sharing one leftover pair, are two episodes; so are a ToR's
+            # congestion over its 75 pairs and a spike on three of them the
+            # window after (it named one of its NIC links).
             return False
         return (self._related(key, k) or st.guess) and _stands_for(k[0], shared, f)
 

@@ -1209,3 +1209,35 @@ def test_a_congestion_beside_a_dead_switch_does_not_open_a_second_incident(engin
                                       mixed], {}, set(anomalous), anomalous, engine._open,
                              engine._streak, engine._persist)
     assert [i.id for i in engine.list_incidents()] == [inc.id]
+
+
+def test_a_congested_tors_run_does_not_pass_to_a_spike_on_a_few_of_its_pairs():
+    """A ToR congested for most of one window (its pairs slow: a strong
+    window counts twice), then a spike the window after on two pairs of one
+    of its hosts, which names that host's NIC link. Two episodes: the ToR's
+    run passes on only to a finding about at least half of its pairs
+    (before: the link took the ToR's run, made the three windows a latency
+    incident needs, and opened one dated at the ToR's, on a busy clean
+    recording). A finding about most of the ToR's pairs does carry it on."""
+    from analyzer.localize import Finding
+
+    lay = Layout(hosts=8, rails=1, hosts_per_tor=4, spines=2)
+    tor = Component("switch", lay.tor(0, 0))
+    eps = [lay.endpoint(h, 0) for h in range(8)]
+    under = [(a, b) for i, a in enumerate(eps) for b in eps[i + 1:] if eps.index(a) < 4]
+    link = Component("link", f"{lay.nic(0, 0)}~{tor.id}")
+    spike = [p for p in under if eps[0] in p][:2]
+
+    def run(follow):
+        e = Analyzer(parse_topology(layout_doc(lay)), AnalyzerConfig())
+        assert e.cfg.latency_persist_windows == 3
+        opened = []
+        for k, f in enumerate([Finding(tor, "underlay", "latency", under, 0.5), follow]):
+            opened += e._update_incidents(T0 + k * W, [f], {}, set(under),
+                                          dict.fromkeys(f.pairs, "latency"), e._open, e._streak,
+                                          e._persist, strong=set(f.pairs))
+        return [(i.component, i.start) for i in opened]
+
+    assert run(Finding(link, "underlay", "latency", spike, 0.75)) == []
+    assert run(Finding(link, "underlay", "latency", under[:len(under) // 2 + 1], 0.75)) == [
+        (link, T0)]
