@@ -288,6 +288,11 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
             "component": component}
 
 
+# A drawn placement: faults of 5-25 min (the dev set's), 200 s from either
+# end of the recording (a baseline before, an end seen after).
+MIN_FAULT_S, MAX_FAULT_S, MARGIN_S = 300.0, 1500.0, 200.0
+
+
 def placement(clean: Path, seed: int) -> tuple[str, str, str, float, float]:
     """Where the faults go, drawn from the clean recording's topology and
     length: the dev set's faults last 5-25 min and a fixed placement tests
@@ -296,12 +301,16 @@ def placement(clean: Path, seed: int) -> tuple[str, str, str, float, float]:
     rng = np.random.default_rng(seed)
     topo = json.loads((clean / "topology.json").read_text())
     ts = pq.read_table(clean / "probes.parquet", columns=["ts"]).column("ts").to_numpy()
-    span = float(ts.max() - ts.min())
+    span = float(ts.max() - ts.min()) if len(ts) else 0.0
+    if span < MIN_FAULT_S + 2 * MARGIN_S:
+        raise ValueError(f"{clean}: {span:.0f} s of probes; a placement needs at least "
+                         f"{MIN_FAULT_S + 2 * MARGIN_S:.0f} s (a {MIN_FAULT_S:.0f} s fault, "
+                         f"{MARGIN_S:.0f} s from either end)")
     endpoints = sorted(e["id"] for c in topo["containers"] for e in c["endpoints"])
     tors = sorted(x["id"] for x in topo["switches"] if x.get("tier") == "tor")
     spines = sorted(x["id"] for x in topo["switches"] if x.get("tier") == "spine")
-    length = float(rng.uniform(300.0, min(1500.0, span - 400.0)))
-    start = float(rng.uniform(200.0, span - length - 200.0))
+    length = float(rng.uniform(MIN_FAULT_S, min(MAX_FAULT_S, span - 2 * MARGIN_S)))
+    start = float(rng.uniform(MARGIN_S, span - length - MARGIN_S))
     return (str(rng.choice(endpoints)), str(rng.choice(tors)), str(rng.choice(spines)),
             round(start, 1), round(length, 1))
 
@@ -323,8 +332,14 @@ def main() -> None:
                     help="draw the endpoint, ToR, spine, start and length (5-25 min, 200 s\n"
                          "from either end) at random, seeded by N; overrides those flags")
     a = ap.parse_args()
+    missing = [f for f in ("topology.json", "probes.parquet") if not (a.clean / f).is_file()]
+    if missing:
+        ap.error(f"--clean {a.clean}: not a recording (no {' or '.join(missing)})")
     if a.place is not None:
-        a.endpoint, a.tor, a.spine, a.start, a.length = placement(a.clean, a.place)
+        try:
+            a.endpoint, a.tor, a.spine, a.start, a.length = placement(a.clean, a.place)
+        except ValueError as e:
+            ap.error(str(e))
         print(json.dumps({"placement": {"endpoint": a.endpoint, "tor": a.tor, "spine": a.spine,
                                         "start": a.start, "length": a.length}}))
     made = [inject(k, a.clean, a.out / k, seed=a.seed, start_s=a.start, length_s=a.length,
