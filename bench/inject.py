@@ -41,6 +41,11 @@ Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3 unless
              tunnels to a third host, whose rule tunnels back (the topology's
              snapshot shows both, offloaded copies included): the round
              trips through either rule are lost
+  blackhole  the endpoint's host's rule for its first partner drops (offloaded
+             copies too): the round trips through it are lost
+  nicoffload the endpoint's NIC's hardware holds a third of its host's rules,
+             two of them wrong (the topology's snapshot shows it), and its
+             probes take the slow path: +95-110 us, 0.05 % lost
 A probe without a traced route crosses the spine one time in as many
 spines (ECMP), drawn at random: which flows really did is not in the data.
 Prints one JSON line naming what it made.
@@ -67,7 +72,7 @@ from netskel.topology import link_id  # noqa: E402
 CLEAN = ROOT.parent / "shared/data/dev/faults/dev-fa1_clean_busy"
 KINDS = ("bigdrop", "nicslow", "flap", "drift", "smallstep", "tordown", "torloss", "spinedown", "spinelat",
          "linkloss", "uplinkloss", "uplinklat", "hostslow", "hostloss",
-         "agentdown", "overlayloop")
+         "agentdown", "overlayloop", "blackhole", "nicoffload")
 ENDPOINT, TOR, SPINE = "jobA-w003/rnic5", "tor-r5-1", "spine-3"
 START_S, LENGTH_S = 400.0, 400.0
 BUSY_PER_HOUR = 60.0
@@ -108,6 +113,48 @@ def _loop(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
     hit = (np.isin(src, on) & (dst == partner)) | ((src == partner) & np.isin(dst, on))
     return ({"type": "vswitch_rule", "id": f"{host_a}:{vni}:{x}"},
             [{"type": "vswitch_rule", "id": f"{host_c}:{vni}:{x}"}], "overlay", hit)
+
+
+def _blackhole(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
+               ) -> tuple[dict[str, str], np.ndarray]:
+    """Set the endpoint's host's rule for its first cross-host partner to
+    drop (offloaded copies too: the hardware agrees, so no NIC is to blame);
+    which probes' round trips take that rule: the host's endpoints of that
+    network to the partner, and the partner's probes to them (the reply)."""
+    where = {e["id"]: (c["host"], e) for c in topo["containers"] for e in c["endpoints"]}
+    host_a, _ = where[endpoint]
+    partner = next(d for a, d in zip(src, dst, strict=True)
+                   if a == endpoint and where[d][0] != host_a)
+    x, vni = where[partner][1]["ip"], where[partner][1]["vni"]
+    vs = topo.setdefault("vswitch", {}).setdefault(host_a, {"rules": []})
+    rule = {"vni": vni, "dst": x, "action": "drop"}
+
+    def same(r: dict[str, Any]) -> bool:
+        return bool(r["vni"] == vni and r["dst"] == x)
+
+    vs["rules"] = [r for r in vs["rules"] if not same(r)] + [rule]
+    for nic, rules in vs.get("offloaded", {}).items():
+        vs["offloaded"][nic] = [r for r in rules if not same(r)] + [dict(rule)]
+    on = [e for e, (h, doc) in where.items() if h == host_a and doc.get("vni") == vni]
+    hit = (np.isin(src, on) & (dst == partner)) | ((src == partner) & np.isin(dst, on))
+    return {"type": "vswitch_rule", "id": f"{host_a}:{vni}:{x}"}, hit
+
+
+def _offload_partly(topo: dict[str, Any], nic: str, rng: np.random.Generator) -> int:
+    """The NIC's hardware keeps a third of its host's rules, two of them
+    pointing at the wrong NIC (the dev set's NIC fault: 48 of 128, 2
+    differing); how many rules differ or are missing."""
+    host = nic.split("/")[0]
+    vs = topo.get("vswitch", {}).get(host)
+    if not vs or not vs.get("rules"):
+        raise SystemExit(f"nicoffload: the topology has no virtual-switch rules for {host}")
+    rules = vs["rules"]
+    keep = sorted(rng.choice(len(rules), size=max(3, len(rules) // 3), replace=False))
+    held = [dict(rules[i]) for i in keep]
+    for r in held[:2]:
+        r["action"], r["to"] = "tunnel", nic
+    vs.setdefault("offloaded", {})[nic] = held
+    return len(rules) - len(held) + 2
 
 
 def _endpoint_tor(topo: dict[str, Any]) -> dict[str, str]:
@@ -258,6 +305,21 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
         silent = gone & np.isin(src, mine)
         hit = gone & (np.isin(src, mine) | np.isin(dst, mine))
         lose = gone & np.isin(dst, mine) & ~silent
+    elif kind == "blackhole":
+        component, hit = _blackhole(topo, endpoint, src, dst)
+        layer = "overlay"
+        hit &= window
+        lose = hit
+        (out / "topology.json").write_text(json.dumps(topo))
+    elif kind == "nicoffload":
+        nic = nic_of[endpoint]
+        component, layer = {"type": "nic", "id": nic}, "nic"
+        _offload_partly(topo, nic, rng)
+        hit = window & touching({nic})
+        slow = 95.0
+        rtt[hit] += rng.uniform(95.0, 110.0, int(hit.sum()))
+        lose = hit & (rng.random(len(ts)) < 0.0005)
+        (out / "topology.json").write_text(json.dumps(topo))
     elif kind == "overlayloop":
         component, accept, layer, hit = _loop(topo, endpoint, src, dst)
         hit &= window
@@ -279,7 +341,8 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
     truth["clean"] = False
     truth["faults"] = [{"id": "X1", "kind": kind, "start": start, "end": end,
                         "layer": layer, "symptom": ("latency" if slow else "unreachable"
-                                                    if kind in ("agentdown", "overlayloop")
+                                                    if kind in ("agentdown", "overlayloop",
+                                                                "blackhole")
                                                     else "loss"),
                         "component": component, "accept": accept, "params": {},
                         "pairs": [list(p) for p in pairs]}]
