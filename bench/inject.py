@@ -47,6 +47,8 @@ Kinds (endpoint jobA-w003/rnic5, its NIC-ToR link, ToR tor-r5-1, spine-3 unless
              two of them wrong (the topology's snapshot shows it), and the
              probes its host sends by a rule the NIC lacks or holds wrong take
              the slow path: +95-110 us, 0.05 % lost (as the dev set's NIC fault)
+Faults already in --clean's truth stay: inject into an injected recording
+to overlap two faults (the dev set overlaps a blackhole and a link's loss).
 A probe without a traced route crosses the spine one time in as many
 spines (ECMP), drawn at random: which flows really did is not in the data.
 Prints one JSON line naming what it made.
@@ -358,13 +360,13 @@ def inject(kind: str, clean: Path, out: Path, seed: int = 0, start_s: float = ST
         (out / "truth.json").write_text(json.dumps(truth))
         return {"kind": kind, "episodes": len(benign)}
     truth["clean"] = False
-    truth["faults"] = [{"id": "X1", "kind": kind, "start": start, "end": end,
-                        "layer": layer, "symptom": ("latency" if slow else "unreachable"
-                                                    if kind in ("agentdown", "overlayloop",
-                                                                "blackhole")
-                                                    else "loss"),
-                        "component": component, "accept": accept, "params": {},
-                        "pairs": [list(p) for p in pairs]}]
+    earlier = truth.get("faults") or []  # an injected --clean: the faults overlap
+    symptom = ("latency" if slow else "unreachable"
+               if kind in ("agentdown", "overlayloop", "blackhole") else "loss")
+    truth["faults"] = earlier + [{"id": f"X{len(earlier) + 1}", "kind": kind, "start": start,
+                                  "end": end, "layer": layer, "symptom": symptom,
+                                  "component": component, "accept": accept, "params": {},
+                                  "pairs": [list(p) for p in pairs]}]
     (out / "truth.json").write_text(json.dumps(truth))
     return {"kind": kind, "probes": int(affected.sum()), "pairs": len(pairs),
             "component": component}
