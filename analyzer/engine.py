@@ -744,7 +744,7 @@ class Analyzer:
                                 inc.component.type, inc.component.id, f.component.type,
                                 f.component.id)
                     inc.component, inc.layer = f.component, f.layer
-                    inc.confidence = f.confidence
+                    inc.confidence = _reported(f)
                     inc.evidence = {**f.evidence, "refined_from": {
                         "type": held[0], "id": held[1]}}
                     open_map[key] = open_map.pop(held)
@@ -801,7 +801,7 @@ class Analyzer:
                 self._seq += 1
                 inc = Incident(id=f"inc-{self._seq:06d}", start=first, end=None,
                                symptom=f.symptom, layer=f.layer, component=f.component,
-                               pairs=list(f.pairs), confidence=f.confidence, evidence=ev)
+                               pairs=list(f.pairs), confidence=_reported(f), evidence=ev)
                 self.incidents[inc.id] = inc
                 open_map[key] = inc.id
                 self._vote(inc, f)
@@ -811,7 +811,7 @@ class Analyzer:
                 inc = self.incidents[inc_id]
                 self._vote(inc, f)
                 inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
-                inc.confidence = max(inc.confidence, f.confidence)
+                inc.confidence = max(inc.confidence, _reported(f))
                 inc.symptom = worst_symptom((inc.symptom, f.symptom))
                 inc.evidence = ev
             changed.append(inc)
@@ -1076,7 +1076,12 @@ class Analyzer:
         """The open incident (other than the finding's own) sharing at least
         half of the smaller of their pair sets, most shared first. A finding
         that lost probes is its lossy pairs (`anomalous`): the slow ones a
-        congestion beside the fault added to it are another matter."""
+        congestion beside the fault added to it are another matter. One
+        failing the other way (slow where the incident loses probes, or the
+        reverse) on a component that does not touch the incident's is
+        another fault: a spine down holds nearly every pair between ToRs, and
+        a slow ToR-spine link elsewhere, its few pairs among them, went
+        unreported for the spine's whole outage."""
         if key in open_map:
             return None
         mine = set(f.pairs)
@@ -1084,8 +1089,10 @@ class Analyzer:
             mine = {p for p in mine if anomalous.get(p) in LOSSY} or mine
         best, best_n = None, 0
         for k, inc_id in open_map.items():
-            n = _half_shared(mine, self.incidents[inc_id].pairs)
-            if n > best_n and _stands_for(k[0], n, f):
+            inc = self.incidents[inc_id]
+            n = _half_shared(mine, inc.pairs)
+            if n > best_n and _stands_for(k[0], n, f) and (
+                    (inc.symptom in LOSSY) == (f.symptom in LOSSY) or self._related(k, key)):
                 best, best_n = k, n
         if best is None and f.component.type in ("link", "switch", "host"):
             # An open guess about pairs that mostly may cross this component:
@@ -1205,7 +1212,7 @@ class Analyzer:
             checked=checked, reasons={p: "; ".join(n) for p, n in notes.items()},
             findings=[Incident(id=f"check-{k + 1}", start=now, end=now, symptom=f.symptom,
                                layer=f.layer, component=f.component, pairs=sorted(f.pairs),
-                               confidence=f.confidence, evidence=f.evidence)
+                               confidence=_reported(f), evidence=f.evidence)
                       for k, f in enumerate(findings)])
 
     def diagnose(self, endpoints: Sequence[str], pairs: Sequence[Pair], start: float, end: float,
@@ -1285,6 +1292,14 @@ def _stands_for(kind: str, shared: int, f: Finding) -> bool:
     vaguer finding mostly about others (their host slow) is another fault."""
     return (kind not in _FLOW_FACTS or 2 * shared >= len(f.pairs)
             or _RANK.get(f.component.type, 0) > _RANK[kind])
+
+
+def _reported(f: Finding) -> float:
+    """The confidence an incident reports: a switch's own where its links'
+    twins meet at it (a spine down on every rail was reported at 0.32, its
+    links' share with their twins, below a slow link beside it), the
+    finding's otherwise (which also paces the engine: WEAK_CONFIDENCE)."""
+    return max(f.confidence, float(f.evidence.get("switch_confidence", 0.0)))
 
 
 def _continued(streaks: dict[tuple[str, str], _Streak], pairs: Sequence[Pair],

@@ -319,7 +319,7 @@ def _merge_hosts(links: list[Finding], host_of: HostOf) -> list[Finding]:
     return out + [f for i, f in enumerate(links) if i not in used]
 
 
-def unshared(f: Finding, switches_of: SwitchesOf | None) -> float:
+def unshared(f: Finding, switches_of: SwitchesOf | None, at: str | None = None) -> float:
     """A link's confidence before it was shared with the twins its pairs
     cannot tell it from, where link and twins meet at one switch: the two
     links of one path through it, which the pairs cross together. How
@@ -327,7 +327,8 @@ def unshared(f: Finding, switches_of: SwitchesOf | None) -> float:
     which link of it. Twins through other switches (ECMP alternatives no
     route pinned) are doubt about the path itself, and keep their share.
     (A switch named from its links keeps their shared confidence: a lossy
-    window of a congested switch is weak evidence, and must hold a window.)"""
+    window of a congested switch is weak evidence, and must hold a window.)
+    `at`: only where the twins meet at that switch."""
     ev = f.evidence
     twins = ev.get("indistinguishable_from") or []
     if not twins or switches_of is None:
@@ -335,7 +336,7 @@ def unshared(f: Finding, switches_of: SwitchesOf | None) -> float:
     common = set(switches_of(f.component.id))
     for t in twins:
         common &= set(switches_of(t))
-    if not common:
+    if not common or (at is not None and at not in common):
         return f.confidence
     pairs = int(ev["anomalous_pairs"]) + int(ev["healthy_pairs_on_link"])
     return min(1.0, float(ev["votes"][f.component.id]) / pairs)
@@ -395,10 +396,16 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
         if best != sw:
             evidence["named_at"] = sw
             sw = best
+        shared = round(min(links[i].confidence for i in idx), 3)
+        # How surely the switch failed: its links' twins that meet at it
+        # (the two links of one path through it) say which link, not
+        # whether the switch; the shared figure only paces the engine.
+        whole = round(min(unshared(links[i], switches_of, sw) for i in idx), 3)
+        if whole > shared:
+            evidence["switch_confidence"] = whole
         out.append(Finding(component=Component("switch", sw), layer="underlay",
                            symptom=worst_symptom(links[i].symptom for i in idx), pairs=pairs,
-                           confidence=round(min(links[i].confidence for i in idx), 3),
-                           evidence=evidence))
+                           confidence=shared, evidence=evidence))
     out += [f for i, f in enumerate(links) if i not in used]
     return out
 

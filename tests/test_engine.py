@@ -1241,3 +1241,33 @@ def test_a_congested_tors_run_does_not_pass_to_a_spike_on_a_few_of_its_pairs():
     assert run(Finding(link, "underlay", "latency", spike, 0.75)) == []
     assert run(Finding(link, "underlay", "latency", under[:len(under) // 2 + 1], 0.75)) == [
         (link, T0)]
+
+
+def test_a_slow_link_beside_a_dead_spine_opens_its_own_incident(engine):
+    """Spine 0 down: its incident holds nearly every pair between the two
+    ToRs, so a slow link of spine 1 shares its few pairs with it. Slow is
+    not lossy and the link does not touch spine 0: another fault, its own
+    incident (before: folded into the spine's for the whole outage, and
+    never reported). The spine's incident reports how surely the switch
+    failed (`switch_confidence`), not its links' share with their twins,
+    which only paces it."""
+    from analyzer.localize import Finding
+
+    spine = Component("switch", LAY.spine(0))
+    link = Component("link", f"{LAY.spine(1)}~{LAY.tor(0, 1)}")
+    down = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in CROSS]
+    slow = down[:2]
+    assert engine.cfg.latency_persist_windows == 3
+    opened = []
+    for k in range(6):
+        fs = [Finding(spine, "underlay", "loss", down, 0.31, {"switch_confidence": 0.62})]
+        if k >= 1:
+            fs.append(Finding(link, "underlay", "latency", slow, 0.8))
+        anomalous = {p: "loss" for p in down} | {p: "latency" for p in slow} if k >= 1 else \
+            dict.fromkeys(down, "loss")
+        opened += engine._update_incidents(T0 + k * W, fs, {}, set(down), anomalous,
+                                           engine._open, engine._streak, engine._persist)
+    got = {i.component: i for i in engine.list_incidents()}
+    assert set(got) == {spine, link}
+    assert (got[spine].confidence, got[link].confidence, got[link].symptom) == (
+        0.62, 0.8, "latency")

@@ -450,7 +450,9 @@ def test_a_pooled_nic_test_does_not_take_the_pairs_of_twins_that_meet_at_one_swi
     found it among its NIC's pairs does not take it from the spine: the
     twins weaken which link, not whether the loss is on that path (before:
     a second, NIC-link finding). The switch keeps its links' shared
-    confidence: a lossy window of a congested switch must hold a window."""
+    confidence: a lossy window of a congested switch must hold a window.
+    How surely the switch failed it reports apart (`switch_confidence`):
+    the twins meet at it, so they weaken which link, not whether S."""
     from analyzer.localize import localize
 
     rails = range(3)
@@ -474,7 +476,7 @@ def test_a_pooled_nic_test_does_not_take_the_pairs_of_twins_that_meet_at_one_swi
                      pooled={("a10", "b10"): "a10~T0a"})
     assert [(f.component.type, f.component.id) for f in found] == [("switch", "S")]
     assert sorted(found[0].pairs) == sorted(lossy)
-    assert found[0].confidence == 0.312
+    assert (found[0].confidence, found[0].evidence["switch_confidence"]) == (0.312, 0.625)
 
 
 def test_a_loop_is_named_by_the_rule_its_failing_pairs_entered_it_through():
