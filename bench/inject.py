@@ -163,8 +163,7 @@ def _offload_partly(topo: dict[str, Any], nic: str, src: np.ndarray, dst: np.nda
            for e in c["endpoints"]}
     mine = [e for c in topo["containers"] for e in c["endpoints"] if e["nic"] == nic]
     mine_ids = np.array([e["id"] for e in mine])
-    partners = sorted({b for a, b in zip(src, dst, strict=True) if a in mine_ids}
-                      | {a for a, b in zip(src, dst, strict=True) if b in mine_ids})
+    partners = sorted(set(dst[np.isin(src, mine_ids)]) | set(src[np.isin(dst, mine_ids)]))
     right = {(r["vni"], r["dst"]): r for r in rules}
     if partners and all(_held_as(held, key[p]) == right.get(key[p]) for p in partners):
         gone = key[partners[0]]  # at least one of its pairs is hit
