@@ -1,11 +1,14 @@
-"""Waiting on observable conditions instead of sleeping; rendering pages."""
+"""Waiting on observable conditions instead of sleeping; rendering pages;
+loading bench scripts."""
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -144,3 +147,13 @@ def as_seconds_and_timestamps(table: Any, tz: str | None = None) -> list[tuple[s
     micros = pc.round(pc.multiply(table["ts"], 1e6)).cast(pa.int64())
     return [("float", table.set_column(at, "ts", pc.divide(micros.cast(pa.float64()), 1e6))),
             ("stamp", table.set_column(at, "ts", micros.cast(pa.timestamp("us", tz=tz))))]
+
+
+def bench_script(name: str) -> Any:
+    """bench/<name>.py (a script, not a package) loaded as a module."""
+    path = Path(__file__).parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

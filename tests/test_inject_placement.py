@@ -3,23 +3,14 @@ analyzer at placements the fixed ones never tried, so a recording too short
 to hold one must be refused, not given a fault that starts before it."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-
-def _inject() -> Any:
-    path = Path(__file__).parent.parent / "bench" / "inject.py"
-    spec = importlib.util.spec_from_file_location("bench_inject", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.helpers import bench_script
 
 
 def _recording(d: Path, seconds: float) -> Path:
@@ -34,7 +25,7 @@ def _recording(d: Path, seconds: float) -> Path:
 
 
 def test_a_placement_lies_inside_the_recording_with_room_on_both_sides(tmp_path: Path) -> None:
-    inj = _inject()
+    inj = bench_script("inject")
     rec = _recording(tmp_path / "long", 1200.0)
     for seed in range(20):
         ep, tor, spine, start, length = inj.placement(rec, seed)
@@ -45,4 +36,4 @@ def test_a_placement_lies_inside_the_recording_with_room_on_both_sides(tmp_path:
 def test_a_recording_too_short_for_a_placement_is_refused(tmp_path: Path) -> None:
     rec = _recording(tmp_path / "short", 600.0)
     with pytest.raises(ValueError, match="600 s of probes; a placement needs at least 700 s"):
-        _inject().placement(rec, 1)
+        bench_script("inject").placement(rec, 1)

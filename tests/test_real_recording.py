@@ -6,7 +6,6 @@ run, also where the testbed cannot be built."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 
 from netskel.cli import main
 from netskel.scoring import score_skeleton
+from tests.helpers import bench_script
 
 REC = Path(__file__).parent / "data" / "gloo-pp4dp2"
 
@@ -124,16 +124,6 @@ def test_at_coarse_samples_one_stage_is_vouched_for_only_if_it_is_one_collective
         assert score["parallelism_ok"] or doc["jobs"][0]["confidence"] <= 0.5, (score, doc)
 
 
-def _variants() -> Any:
-    """bench/variants.py (a script, not a package) loaded as a module."""
-    path = Path(__file__).parent.parent / "bench" / "variants.py"
-    spec = importlib.util.spec_from_file_location("bench_variants", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_two_real_jobs_in_one_file_are_each_exact(tmp_path: Path) -> None:
     """The held-out set has two jobs in one recording. Two real jobs of
     different shapes and rhythms (pp4 x dp2 and pp2 x dp1, hosts of their
@@ -141,8 +131,8 @@ def test_two_real_jobs_in_one_file_are_each_exact(tmp_path: Path) -> None:
     throughput file: each job is read from its own members only, so each
     is as exact as alone."""
     rec = Path(__file__).parent / "data" / "gloo-pp4dp2"
-    made = Path(_variants().make(rec, tmp_path, None, False, 0,
-                                 other=Path(__file__).parent / "data" / "gloo-pp2dp1"))
+    made = Path(bench_script("variants").make(rec, tmp_path, None, False, 0,
+                                              other=Path(__file__).parent / "data" / "gloo-pp2dp1"))
     doc = _infer(made, tmp_path)
     scores = score_skeleton(_truth(made), doc)
     assert len(scores) == 2, scores
@@ -157,8 +147,8 @@ DEV = Path(__file__).parent.parent.parent / "shared" / "data" / "dev" / "skeleto
 def _dev_sk1_copy(tmp_path: Path, interval_s: float, missing: float, seed: int) -> Any:
     """dev-sk1 resampled with samples dropped (bench/variants.py), inferred
     by the CLI and scored by the dev-set rules."""
-    made = Path(_variants().make(DEV / "dev-sk1_tp8pp4dp4", tmp_path, interval_s, False, seed,
-                                 missing=missing))
+    made = Path(bench_script("variants").make(DEV / "dev-sk1_tp8pp4dp4", tmp_path, interval_s,
+                                              False, seed, missing=missing))
     [score] = score_skeleton(_truth(made), _infer(made, tmp_path))
     return score
 
