@@ -174,8 +174,8 @@ class Carry:
         return self
 
 
-def _ended(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarray, carry: Carry,
-           scales: Sequence[int], cols: np.ndarray) -> np.ndarray:
+def _ended(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarray, cum_sent: np.ndarray,
+           cum_lost: np.ndarray, scales: Sequence[int]) -> np.ndarray:
     """Per scale (rows) and group: its span is a fault that ended, not one
     going on. Summed with the windows after it, a spine that was down would
     keep every link it served "lossy" for minutes, and the odd healthy loss
@@ -186,10 +186,10 @@ def _ended(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarray, carry: 
     ENDED_ALPHA. A tail of this window alone is not enough where one lost
     probe is already unlikely at the healthy rate (a pair's 60 probes):
     five quiet windows after a loop, then one loss, was summed with the
-    loop."""
+    loop. `cum_sent`, `cum_lost`: row j, the probes of the j windows before
+    this one (Carry.spans at every depth up to the deepest scale)."""
     deepest = max(scales)
-    cum_sent, cum_lost = carry.spans(range(1, deepest + 1), cols)  # [j]: j windows before
-    ended = np.zeros((len(scales), len(cols)), dtype=bool)
+    ended = np.zeros((len(scales), len(now_sent)), dtype=bool)
     for j in range(deepest - 1):
         tail_sent, tail_lost = now_sent + cum_sent[j], now_lost + cum_lost[j]
         quiet = poisson_sf(tail_lost - 1, np.maximum(tail_sent * rate, 1e-12)) >= QUIET_P
@@ -220,11 +220,14 @@ def scaled_loss_logp(now_sent: np.ndarray, now_lost: np.ndarray, rate: np.ndarra
     cand = np.flatnonzero(now_lost + carry.lost_sum[cols] >= min_lost)
     if not len(cand):
         return logp, llr, sent_at, lost_at
-    span_sent, span_lost = carry.spans(scales, cols[cand])
+    # Every depth once: the scales' spans, and the tails _ended weighs them by.
+    cum_sent, cum_lost = carry.spans(range(1, max(scales) + 1), cols[cand])
+    at = [k - 1 for k in scales]
+    span_sent, span_lost = cum_sent[at], cum_lost[at]
     tot = now_lost[cand][None, :] + span_lost
     mu = np.maximum((now_sent[cand][None, :] + span_sent) * rate[cand][None, :], 1e-12)
     lp = loss_logp(tot, mu, min_lost)
-    lp = np.where(_ended(now_sent[cand], now_lost[cand], rate[cand], carry, scales, cols[cand]),
+    lp = np.where(_ended(now_sent[cand], now_lost[cand], rate[cand], cum_sent, cum_lost, scales),
                   0.0, lp)
     best = np.argmin(lp, axis=0)
     c = np.arange(len(cand))

@@ -961,8 +961,8 @@ class Analyzer:
         st = before[k]
         shared = sum(1 for p in f.pairs if p in st.pairs)
         located = st.pairs if not st.guess else st.anchor
-        if located and not _guessed(f) and 2 * sum(1 for p in f.pairs if p in located) \
-                < len(located):
+        about = shared if not st.guess else sum(1 for p in f.pairs if p in located)
+        if located and not _guessed(f) and 2 * about < len(located):
             # A located finding's run (or a guess's that carried one on: its
             # leftover pairs) passes on only to a finding about at least half
             # of its pairs: a ToR's congestion, then a spine's 40 s later
