@@ -86,34 +86,52 @@ def _neighbours(topo: dict[str, Any], node: str) -> set[str]:
             | {ln["b"] for ln in topo["links"] if ln["a"] == node})
 
 
+def _first_partner(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
+                   ) -> tuple[dict[str, tuple[str, dict[str, Any]]], str, str]:
+    """(endpoint -> its host and entry, the endpoint's host, the first
+    partner it probes on another host)."""
+    where = {e["id"]: (c["host"], e) for c in topo["containers"] for e in c["endpoints"]}
+    host_a = where[endpoint][0]
+    partner = next(d for a, d in zip(src, dst, strict=True)
+                   if a == endpoint and where[d][0] != host_a)
+    return where, host_a, partner
+
+
+def _set_rule(topo: dict[str, Any], host: str, rule: dict[str, Any]) -> None:
+    """The host's rule for (vni, dst) replaced by `rule`, in its switch and
+    in every offloaded copy (the hardware agrees: no NIC is to blame)."""
+    vs = topo.setdefault("vswitch", {}).setdefault(host, {"rules": []})
+
+    def same(r: dict[str, Any]) -> bool:
+        return bool(r["vni"] == rule["vni"] and r["dst"] == rule["dst"])
+
+    vs["rules"] = [r for r in vs["rules"] if not same(r)] + [rule]
+    for nic, rules in vs.get("offloaded", {}).items():
+        vs["offloaded"][nic] = [r for r in rules if not same(r)] + [dict(rule)]
+
+
+def _through(where: dict[str, tuple[str, dict[str, Any]]], hosts: tuple[str, ...], vni: Any,
+             partner: str, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Probes whose round trip takes those hosts' rule for the partner: their
+    endpoints of that network to the partner, and the partner's to them
+    (the reply)."""
+    on = [e for e, (h, doc) in where.items() if h in hosts and doc.get("vni") == vni]
+    return np.asarray((np.isin(src, on) & (dst == partner)) | ((src == partner) & np.isin(dst, on)))
+
+
 def _loop(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
           ) -> tuple[dict[str, str], list[dict[str, str]], str, np.ndarray]:
     """Rewrite the snapshot's rules into a two-host loop for one destination;
     which probes' round trips cross either rule."""
-    where = {e["id"]: (c["host"], e) for c in topo["containers"] for e in c["endpoints"]}
-    host_a, mine = where[endpoint]
-    partner = next(d for a, d in zip(src, dst, strict=True)
-                   if a == endpoint and where[d][0] != host_a)
+    where, host_a, partner = _first_partner(topo, endpoint, src, dst)
+    mine = where[endpoint][1]
     x, vni = where[partner][1]["ip"], where[partner][1]["vni"]
     rail = next(n["rail"] for h in topo["hosts"] for n in h["nics"] if n["id"] == mine["nic"])
     host_c, nic_c = next((h["id"], n["id"]) for h in topo["hosts"] for n in h["nics"]
                          if h["id"] not in (host_a, where[partner][0]) and n["rail"] == rail)
-
-    def tunnel(host: str, to: str) -> None:
-        vs = topo.setdefault("vswitch", {}).setdefault(host, {"rules": []})
-        rule = {"vni": vni, "dst": x, "action": "tunnel", "to": to}
-
-        def same(r: dict[str, Any]) -> bool:
-            return bool(r["vni"] == vni and r["dst"] == x)
-
-        vs["rules"] = [r for r in vs["rules"] if not same(r)] + [rule]
-        for nic, rules in vs.get("offloaded", {}).items():  # the hardware agrees
-            vs["offloaded"][nic] = [r for r in rules if not same(r)] + [dict(rule)]
-
-    tunnel(host_a, nic_c)
-    tunnel(host_c, mine["nic"])
-    on = [e for e, (h, doc) in where.items() if h in (host_a, host_c) and doc.get("vni") == vni]
-    hit = (np.isin(src, on) & (dst == partner)) | ((src == partner) & np.isin(dst, on))
+    _set_rule(topo, host_a, {"vni": vni, "dst": x, "action": "tunnel", "to": nic_c})
+    _set_rule(topo, host_c, {"vni": vni, "dst": x, "action": "tunnel", "to": mine["nic"]})
+    hit = _through(where, (host_a, host_c), vni, partner, src, dst)
     return ({"type": "vswitch_rule", "id": f"{host_a}:{vni}:{x}"},
             [{"type": "vswitch_rule", "id": f"{host_c}:{vni}:{x}"}], "overlay", hit)
 
@@ -121,25 +139,11 @@ def _loop(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
 def _blackhole(topo: dict[str, Any], endpoint: str, src: np.ndarray, dst: np.ndarray
                ) -> tuple[dict[str, str], np.ndarray]:
     """Set the endpoint's host's rule for its first cross-host partner to
-    drop (offloaded copies too: the hardware agrees, so no NIC is to blame);
-    which probes' round trips take that rule: the host's endpoints of that
-    network to the partner, and the partner's probes to them (the reply)."""
-    where = {e["id"]: (c["host"], e) for c in topo["containers"] for e in c["endpoints"]}
-    host_a, _ = where[endpoint]
-    partner = next(d for a, d in zip(src, dst, strict=True)
-                   if a == endpoint and where[d][0] != host_a)
+    drop; which probes' round trips take that rule."""
+    where, host_a, partner = _first_partner(topo, endpoint, src, dst)
     x, vni = where[partner][1]["ip"], where[partner][1]["vni"]
-    vs = topo.setdefault("vswitch", {}).setdefault(host_a, {"rules": []})
-    rule = {"vni": vni, "dst": x, "action": "drop"}
-
-    def same(r: dict[str, Any]) -> bool:
-        return bool(r["vni"] == vni and r["dst"] == x)
-
-    vs["rules"] = [r for r in vs["rules"] if not same(r)] + [rule]
-    for nic, rules in vs.get("offloaded", {}).items():
-        vs["offloaded"][nic] = [r for r in rules if not same(r)] + [dict(rule)]
-    on = [e for e, (h, doc) in where.items() if h == host_a and doc.get("vni") == vni]
-    hit = (np.isin(src, on) & (dst == partner)) | ((src == partner) & np.isin(dst, on))
+    _set_rule(topo, host_a, {"vni": vni, "dst": x, "action": "drop"})
+    hit = _through(where, (host_a,), vni, partner, src, dst)
     return {"type": "vswitch_rule", "id": f"{host_a}:{vni}:{x}"}, hit
 
 
