@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.engine import Analyzer
-from analyzer.records import read_probe_records, unplaceable_routes
+from analyzer.records import read_probe_records, unknown_protocols, unplaceable_routes
 from analyzer.windows import window_batch_parallel
 from netskel.config import AnalyzerConfig
 from netskel.topology import load_topology
@@ -30,6 +30,11 @@ def analyze_files(topology: str | Path, probes: str | Path, window_s: float = 30
             warn(f"{probes}: column 'route': {len(bad)} of {routes} distinct routes name "
                  f"switches or links the topology does not have (first: '{bad[0]}'; a route is "
                  "switch ids joined by '>'); only the links it has are used")
+        odd = unknown_protocols(records)
+        if odd:
+            listed = ", ".join(f"'{name}' ({rows} rows)" for name, rows in sorted(odd.items()))
+            warn(f"{probes}: column 'proto': {listed} outside the contract's 'rdma' and 'udp'; "
+                 "each is analysed as an instrument of its own")
     engine = Analyzer(topo, cfg or AnalyzerConfig())
     say(f"{len(records)} records -> {window_s:g} s windows", 0, 0)
     # Windows computed from checked records, as columns; no charts offline.

@@ -225,6 +225,21 @@ def read_probe_records(path: str | Path, topo: Topology) -> ProbeRecords:
     return ProbeRecords(ts=ts, size=size, rtt_us=rtt, coded=coded)
 
 
+CONTRACT_PROTOCOLS = ("rdma", "udp")
+
+
+def unknown_protocols(records: ProbeRecords) -> dict[str, int]:
+    """Rows per `proto` value outside the contract's (rdma, udp). Such a
+    value is still analysed, as an instrument of its own (a pair's RDMA and
+    UDP probes are never judged against each other's history), so nothing
+    is lost; but a writer spelling it `UDP` splits one instrument from the
+    rest of its kind without knowing."""
+    names, codes = records.factorized("proto")
+    counts = np.bincount(codes, minlength=len(names))
+    return {n: int(c) for n, c in zip(names, counts, strict=True)
+            if n not in CONTRACT_PROTOCOLS and c}
+
+
 def unplaceable_routes(records: ProbeRecords, topo: Topology) -> tuple[list[str], int]:
     """(the distinct `route` values naming a switch or a hop-to-hop link the
     topology lacks, how many distinct routes there are). The analysis uses

@@ -131,6 +131,36 @@ def test_analyze_warns_of_routes_the_topology_cannot_place(tmp_path, topo_file, 
             assert "'tor-r0-0,spine-0,tor-r0-1'" in warned[0] and str(path) in warned[0]
 
 
+def test_analyze_warns_of_protocols_outside_the_contract_and_still_analyses_them(
+        tmp_path, topo_file, topo_doc, capsys):
+    """`proto` is rdma or udp (contract section 3). A file spelling it
+    otherwise is still analysed (each value an instrument of its own: the
+    lossy pair is found either way), and the warning says which values and
+    how many rows, once."""
+    _, pairs = probe_table(topo_doc, seconds=1, rate=1)
+    table, _ = probe_table(topo_doc, lossy_pair=pairs[0], seconds=120, rate=5)
+    n = table.num_rows
+    found = {}
+    for name, protos in (("contract", ["udp"] * n),
+                         ("odd", ["UDP" if k % 4 else "tcp" for k in range(n)])):
+        path = tmp_path / f"{name}.parquet"
+        out = tmp_path / f"{name}.json"
+        t = table.set_column(table.column_names.index("proto"), "proto",
+                             pa.array(protos, pa.string()))
+        pq.write_table(t, path)
+        assert main(["analyze", "--topology", str(topo_file), "--probes", str(path),
+                     "-o", str(out)]) == 0
+        warned = [x for x in capsys.readouterr().err.splitlines() if "warning" in x]
+        found[name] = {tuple(sorted(i["pairs"][0])) for i in json.loads(out.read_text())["incidents"]}
+        if name == "contract":
+            assert warned == []
+        else:
+            assert len(warned) == 1 and "column 'proto'" in warned[0] and str(path) in warned[0]
+            assert f"'UDP' ({n - (n + 3) // 4} rows)" in warned[0]
+            assert f"'tcp' ({(n + 3) // 4} rows)" in warned[0]
+    assert found["contract"] and found["odd"] == found["contract"]
+
+
 def test_analyze_reads_a_timestamp_column_as_the_seconds_it_holds(tmp_path, topo_file, topo_doc):
     """Probe times as a timestamp type (pandas writes them so) are the same
     instants: the same incidents as from float64 seconds."""
