@@ -756,7 +756,7 @@ class Analyzer:
                 inc = self.incidents[open_map[held]]
                 seen_keys.add(held)
                 self._vote(inc, f)
-                if (_RANK.get(f.component.type, 0) > _RANK.get(inc.component.type, 0)
+                if (_outranks(f.component.type, inc.component.type)
                         or self._widens(f, inc) or self._moves(f, inc)):
                     log.warning("incident %s refined: %s %s -> %s %s", inc.id,
                                 inc.component.type, inc.component.id, f.component.type,
@@ -921,7 +921,7 @@ class Analyzer:
         become, with the finding's pairs; its own few pairs losing nothing
         this window says nothing of the link, whose other pairs do."""
         inc = self.incidents[inc_id]
-        if _RANK.get(f.component.type, 0) <= _RANK.get(inc.component.type, 0):
+        if not _outranks(f.component.type, inc.component.type):
             return inc
         return dataclasses.replace(inc, component=f.component,
                                    pairs=sorted(set(inc.pairs) | set(f.pairs)))
@@ -1309,7 +1309,13 @@ def _stands_for(kind: str, shared: int, f: Finding) -> bool:
     (a broken rule, a NIC's stale flow) explains its own pairs only: a
     vaguer finding mostly about others (their host slow) is another fault."""
     return (kind not in _FLOW_FACTS or 2 * shared >= len(f.pairs)
-            or _RANK.get(f.component.type, 0) > _RANK[kind])
+            or _outranks(f.component.type, kind))
+
+
+def _outranks(kind: str, other: str) -> bool:
+    """Whether a component of type `kind` is the more specific name for a
+    fault than one of type `other` (_RANK; unknown types rank lowest)."""
+    return _RANK.get(kind, 0) > _RANK.get(other, 0)
 
 
 def _reported(f: Finding) -> float:
