@@ -27,6 +27,16 @@ from analyzer.detect import (
     poisson_sf,
 )
 from analyzer.history import PairHistory
+from analyzer.incident_rules import (
+    FLOW_FACTS,
+    Streak,
+    continued,
+    guessed,
+    half_shared,
+    outranks,
+    reported,
+    stands_for,
+)
 from analyzer.localize import CERTAIN, LOSSY, Finding, Pair, localize, unshared, worst_symptom
 from analyzer.onset import drift_onset, ending, onset
 from analyzer.overlay import OverlayTables
@@ -44,6 +54,7 @@ from analyzer.verdicts import (
     PairVerdict,
     overall,
 )
+from analyzer.window_evidence import row_label, window_evidence
 from netskel.arrays import row_nanmedian, unique
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
@@ -68,16 +79,6 @@ ONSET_WINDOWS = 12
 ONSET_MAX_WINDOWS = 60
 ONSET_BYTES = 32 << 20
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
-# How certain a component type is, when two findings name the same pairs: an
-# agent that stopped, a rule the tables show broken or a NIC whose offloaded
-# table disagrees are facts; a link is a vote; an endpoint is a guess. A host
-# is named only where links of several of its NICs failed together: more
-# specific than any one of those links.
-_RANK = {"agent": 6, "vswitch_rule": 5, "nic": 4, "host": 3, "switch": 2, "link": 2,
-         "endpoint": 0}
-# Facts about where one flow's packets go (a broken rule, a NIC's stale copy
-# of one): they lose or misdeliver that flow's packets and slow nothing.
-_FLOW_FACTS = {"vswitch_rule", "nic"}
 
 
 @dataclass
@@ -124,10 +125,10 @@ class Analyzer:
         self.incidents: dict[str, Incident] = {}
         # Keyed by component: a loss that turns into unreachability is one incident.
         self._open: dict[tuple[str, str], str] = {}
-        self._streak: dict[tuple[str, str], _Streak] = {}
+        self._streak: dict[tuple[str, str], Streak] = {}
         self._window_len = 30.0  # of the windows being processed (set per window)
         self._open_drift: dict[tuple[str, str], str] = {}
-        self._streak_drift: dict[tuple[str, str], _Streak] = {}
+        self._streak_drift: dict[tuple[str, str], Streak] = {}
         self.detector = Detector(cfg)
         self.history = PairHistory()
         self.routes = RouteEvidence(topo, self.paths, cfg)
@@ -485,7 +486,7 @@ class Analyzer:
                 anomalous[pair] = symptom
                 evidence[pair] = {
                     row_label(b.names[b.src[i]], b.names[b.dst[i]], b.protos[b.proto[i]],
-                              int(b.size[i])): _window_evidence(b, obs, i) for i in idx}
+                              int(b.size[i])): window_evidence(b, obs, i) for i in idx}
         held_links = {inc.component.id for inc in self._open_incidents("link")
                       if inc.symptom == "loss"}
         for pair, ev in self.routes.lossy_links(len(b), set(anomalous), gone,
@@ -674,7 +675,7 @@ class Analyzer:
                   if iid not in self._open_drift.values() and inc.start < end
                   and (inc.end is None or inc.end >= d.period_start)]
         findings = [f for f in findings
-                    if not any(_half_shared(set(f.pairs), inc.pairs) for inc in during)]
+                    if not any(half_shared(set(f.pairs), inc.pairs) for inc in during)]
         for f in findings:
             f.evidence["test"] = ("KS against a log-normal fitted to the pair's reference "
                                   f"period; Benjamini-Hochberg at FDR {self.cfg.drift_fdr}")
@@ -716,7 +717,7 @@ class Analyzer:
                           evidence: dict[Pair, dict[str, object]],
                           observed: Container[Pair], anomalous: dict[Pair, str],
                           open_map: dict[tuple[str, str], str],
-                          streaks: dict[tuple[str, str], _Streak],
+                          streaks: dict[tuple[str, str], Streak],
                           persist: Callable[[str], int], strong: Container[Pair] = (),
                           counts: tuple[np.ndarray, np.ndarray] | None = None,
                           tail_only: Container[Pair] = ()) -> list[Incident]:
@@ -756,13 +757,13 @@ class Analyzer:
                 inc = self.incidents[open_map[held]]
                 seen_keys.add(held)
                 self._vote(inc, f)
-                if (_outranks(f.component.type, inc.component.type)
+                if (outranks(f.component.type, inc.component.type)
                         or self._widens(f, inc) or self._moves(f, inc)):
                     log.warning("incident %s refined: %s %s -> %s %s", inc.id,
                                 inc.component.type, inc.component.id, f.component.type,
                                 f.component.id)
                     inc.component, inc.layer = f.component, f.layer
-                    inc.confidence = _reported(f)
+                    inc.confidence = reported(f)
                     inc.evidence = {**f.evidence, "refined_from": {
                         "type": held[0], "id": held[1]}}
                     open_map[key] = open_map.pop(held)
@@ -779,8 +780,8 @@ class Analyzer:
             # to the next (its link, then its switch when other pairs join):
             # a streak follows the pairs, not the name.
             st = (before.get(key)
-                  or _continued(before, f.pairs, partial(self._may_follow, f, before))
-                  or _Streak(0, start))
+                  or continued(before, f.pairs, partial(self._may_follow, f, before))
+                  or Streak(0, start))
             # A window slow for most of its length counts twice, except after
             # windows that had only a slow tail: a tail then a slow window can
             # be two short congestions of one switch, each of them benign.
@@ -789,7 +790,7 @@ class Analyzer:
             count, first = st.count + (2 if double else 1), st.first
             tails = st.tails and f.symptom == "latency" and all(p in tail_only for p in f.pairs)
             pairs = frozenset(f.pairs)
-            guess = _guessed(f)
+            guess = guessed(f)
             anchor = st.anchor if guess else pairs
             if key in advanced:
                 # One component named twice in one window (two sets of its
@@ -800,7 +801,7 @@ class Analyzer:
                 tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
                 anchor = anchor | prev.anchor
             advanced.add(key)
-            streaks[key] = _Streak(count, first, tails, pairs, guess, anchor)
+            streaks[key] = Streak(count, first, tails, pairs, guess, anchor)
             # A finding nothing explains (an endpoint guess), or one the votes
             # barely favour (a link healthy pairs also cross, or one of
             # indistinguishable twins), or a link beside a failing switch its
@@ -819,7 +820,7 @@ class Analyzer:
                 self._seq += 1
                 inc = Incident(id=f"inc-{self._seq:06d}", start=first, end=None,
                                symptom=f.symptom, layer=f.layer, component=f.component,
-                               pairs=list(f.pairs), confidence=_reported(f), evidence=ev)
+                               pairs=list(f.pairs), confidence=reported(f), evidence=ev)
                 self.incidents[inc.id] = inc
                 open_map[key] = inc.id
                 self._vote(inc, f)
@@ -829,7 +830,7 @@ class Analyzer:
                 inc = self.incidents[inc_id]
                 self._vote(inc, f)
                 inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
-                inc.confidence = max(inc.confidence, _reported(f))
+                inc.confidence = max(inc.confidence, reported(f))
                 inc.symptom = worst_symptom((inc.symptom, f.symptom))
                 inc.evidence = ev
             changed.append(inc)
@@ -921,7 +922,7 @@ class Analyzer:
         become, with the finding's pairs; its own few pairs losing nothing
         this window says nothing of the link, whose other pairs do."""
         inc = self.incidents[inc_id]
-        if not _outranks(f.component.type, inc.component.type):
+        if not outranks(f.component.type, inc.component.type):
             return inc
         return dataclasses.replace(inc, component=f.component,
                                    pairs=sorted(set(inc.pairs) | set(f.pairs)))
@@ -965,22 +966,22 @@ class Analyzer:
         fact that lost probes is not kept open by its pairs being slow; nor
         is anything by pairs of a `stopped` endpoint."""
         pairs = [p for p in inc.pairs if p[0] not in stopped and p[1] not in stopped]
-        if inc.component.type in _FLOW_FACTS and inc.symptom in LOSSY:
+        if inc.component.type in FLOW_FACTS and inc.symptom in LOSSY:
             return any(anomalous.get(p) in LOSSY for p in pairs)
         return any(p in anomalous for p in pairs)
 
-    def _may_follow(self, f: Finding, before: dict[tuple[str, str], _Streak],
+    def _may_follow(self, f: Finding, before: dict[tuple[str, str], Streak],
                     k: tuple[str, str]) -> bool:
         """Whether finding `f` may continue last window's streak `k`: a
         related component, or any after a guess (an endpoint, or a link
         named by a pooled loss alone, which may be either end's); not a
-        flow's fact the finding is mostly not about (_stands_for)."""
+        flow's fact the finding is mostly not about (stands_for)."""
         key = (f.component.type, f.component.id)
         st = before[k]
         shared = sum(1 for p in f.pairs if p in st.pairs)
         located = st.pairs if not st.guess else st.anchor
         about = shared if not st.guess else sum(1 for p in f.pairs if p in located)
-        if located and not _guessed(f) and 2 * about < len(located):
+        if located and not guessed(f) and 2 * about < len(located):
             # A located finding's run (or a guess's that carried one on: its
             # leftover pairs) passes on only to a finding about at least half
             # of its pairs: a ToR's congestion, then a spine's 40 s later
@@ -988,11 +989,11 @@ class Analyzer:
             # congestion over its 75 pairs and a spike on three of them the
             # window after (it named one of its NIC links).
             return False
-        return (self._related(key, k) or st.guess) and _stands_for(k[0], shared, f)
+        return (self._related(key, k) or st.guess) and stands_for(k[0], shared, f)
 
     def _vote(self, inc: Incident, f: Finding) -> None:
         """Count a link or switch finding towards the incident it belongs to."""
-        if {f.component.type, inc.component.type} <= _FABRIC and not _guessed(f):
+        if {f.component.type, inc.component.type} <= _FABRIC and not guessed(f):
             votes = self._votes.setdefault(inc.id, {})
             key = (f.component.type, f.component.id)
             votes[key] = votes.get(key, 0.0) + f.confidence
@@ -1108,8 +1109,8 @@ class Analyzer:
         best, best_n = None, 0
         for k, inc_id in open_map.items():
             inc = self.incidents[inc_id]
-            n = _half_shared(mine, inc.pairs)
-            if n > best_n and _stands_for(k[0], n, f) and (
+            n = half_shared(mine, inc.pairs)
+            if n > best_n and stands_for(k[0], n, f) and (
                     (inc.symptom in LOSSY) == (f.symptom in LOSSY) or self._related(k, key)):
                 best, best_n = k, n
         if best is None and f.component.type in ("link", "switch", "host"):
@@ -1131,7 +1132,7 @@ class Analyzer:
             # first few failing pairs met (_moves).
             best = self._mostly_crossing(
                 open_map, key, lambda k: k[0] in _FABRIC and self._related(k, key))
-        if best is None and _guessed(f):
+        if best is None and guessed(f):
             # Pairs nothing explained (or only their link's pooled loss),
             # most of which may cross an open link's or switch's incident:
             # that fault's unrouted victims.
@@ -1230,7 +1231,7 @@ class Analyzer:
             checked=checked, reasons={p: "; ".join(n) for p, n in notes.items()},
             findings=[Incident(id=f"check-{k + 1}", start=now, end=now, symptom=f.symptom,
                                layer=f.layer, component=f.component, pairs=sorted(f.pairs),
-                               confidence=_reported(f), evidence=f.evidence)
+                               confidence=reported(f), evidence=f.evidence)
                       for k, f in enumerate(findings)])
 
     def diagnose(self, endpoints: Sequence[str], pairs: Sequence[Pair], start: float, end: float,
@@ -1279,109 +1280,3 @@ class Analyzer:
 def _contains(sorted_ids: np.ndarray, x: int) -> bool:
     i = int(np.searchsorted(sorted_ids, x))
     return i < len(sorted_ids) and int(sorted_ids[i]) == x
-
-
-@dataclass
-class _Streak:
-    """A finding's run of windows in a row: how many (a window slow for most
-    of its length counts two), since when, whether only slow tails made it,
-    and the pairs of its last window."""
-
-    count: int
-    first: float
-    tails: bool = True
-    pairs: frozenset[Pair] = frozenset()
-    guess: bool = False  # named by a guess (_guessed): any name may follow
-    # The pairs of the run's last located (not guessed) finding: what a guess
-    # carrying the run on may pass it to (_may_follow). Empty: none yet.
-    anchor: frozenset[Pair] = frozenset()
-
-
-def _guessed(f: Finding) -> bool:
-    """Named by nothing surer than a guess: an endpoint nothing explained,
-    or a link only a pooled loss named (either end's of a lone pair)."""
-    return f.component.type == "endpoint" or bool(f.evidence.get("pooled_loss"))
-
-
-def _stands_for(kind: str, shared: int, f: Finding) -> bool:
-    """Whether an incident or streak about a component of type `kind`,
-    sharing `shared` of finding `f`'s pairs, may stand for it. A flow's fact
-    (a broken rule, a NIC's stale flow) explains its own pairs only: a
-    vaguer finding mostly about others (their host slow) is another fault."""
-    return (kind not in _FLOW_FACTS or 2 * shared >= len(f.pairs)
-            or _outranks(f.component.type, kind))
-
-
-def _outranks(kind: str, other: str) -> bool:
-    """Whether a component of type `kind` is the more specific name for a
-    fault than one of type `other` (_RANK; unknown types rank lowest)."""
-    return _RANK.get(kind, 0) > _RANK.get(other, 0)
-
-
-def _reported(f: Finding) -> float:
-    """The confidence an incident reports: a switch's own where its links'
-    twins meet at it (a spine down on every rail was reported at 0.32, its
-    links' share with their twins, below a slow link beside it), the
-    finding's otherwise (which also paces the engine: WEAK_CONFIDENCE)."""
-    return max(f.confidence, float(f.evidence.get("switch_confidence", 0.0)))
-
-
-def _continued(streaks: dict[tuple[str, str], _Streak], pairs: Sequence[Pair],
-               related: Callable[[tuple[str, str]], bool] = lambda _k: True) -> _Streak | None:
-    """The earliest streak of the last window, of a related component,
-    sharing at least half of the smaller of the two pair sets with these
-    pairs."""
-    mine = set(pairs)
-    best = None
-    for k, st in streaks.items():
-        if related(k) and _half_shared(mine, st.pairs) and (best is None or st.first < best.first
-                                             or (st.first == best.first
-                                                 and st.count > best.count)):
-            best = st
-    return best
-
-
-def _half_shared(mine: set[Pair], theirs: Collection[Pair]) -> int:
-    """How many pairs the two sets share, when that is at least half of the
-    smaller one (the same fault seen twice), else 0."""
-    n = sum(1 for p in theirs if p in mine)
-    return n if n and 2 * n >= min(len(mine), len(theirs)) else 0
-
-
-def row_label(src: str, dst: str, proto: str, size: int) -> str:
-    """One detector row's name in an incident's evidence: a pair's two
-    directions and two protocols at one size are separate measurements."""
-    return f"{src}>{dst} {proto} size_{size}"
-
-
-def _window_evidence(b: WindowBatch, obs: Observation, i: int) -> dict[str, object]:
-    """What a person needs to judge one window (row i of the batch, read
-    from its columns: thousands of rows in a fault's window): counts, the
-    loss test, the RTT statistics against the pair's usual median and the
-    LOF score."""
-    sent, lost, slow = int(b.sent[i]), int(b.lost[i]), int(b.slow[i])
-    ev: dict[str, object] = {"sent": sent, "lost": lost,
-                             "loss_p_value": float(f"{obs.loss_p[i]:.3g}"),
-                             "loss_baseline": float(f"{obs.loss_baseline[i]:.3g}")}
-    if lost < sent:
-        row = dict(zip(STAT_FIELDS, b.stats[i].tolist(), strict=True))
-        ev["rtt_us"] = {f.removeprefix("rtt_"): round(row[f], 1) for f in STATS}
-        clock = b.clocks[int(b.clock[i])]
-        if clock:  # how far the RTTs can be trusted: NIC, kernel or user-space stamps
-            ev["rtt_clock"] = clock
-    if np.isfinite(obs.ref_median[i]):
-        ev["usual_median_us"] = round(float(obs.ref_median[i]), 1)
-    if obs.crept is not None and obs.crept[i] and obs.slow_ref is not None:
-        ev["slow_reference_median_us"] = round(float(obs.slow_ref[i]), 1)
-    if np.isfinite(obs.lof[i]):
-        ev["lof"] = round(float(obs.lof[i]), 2)
-    if slow:
-        ev["slow_tail"] = slow  # probes >= 20 us above the window's own p25
-    flags = [n for n, a in (("loss", obs.loss), ("latency", obs.latency),
-                            ("unreachable", obs.unreachable)) if a[i]]
-    if obs.tail is not None and obs.tail[i]:
-        flags.append("slow_tail")
-    if flags:
-        ev["anomalies"] = flags
-    return ev
-
