@@ -7,9 +7,12 @@ agents report windows, not probes, so the start is read from the windows
 themselves: a window the fault began in holds a mixture of healthy and
 faulty probes, and both the probes lost and the RTTs' excess over the
 healthy level add up linearly over time. The share of the first window the
-fault filled is its lost probes (or excess RTT) over a whole faulty
+fault filled is its excess RTT (or lost probes) over a whole faulty
 window's, beyond the healthy level; when it filled all of it, the window
-before may hold its first seconds. Its end is read the same way, backwards.
+before may hold its first seconds. A loss is dated by the window and share
+that make the lost counts likeliest (`_loss_onset`): one found only by
+summing windows began windows before the first flagged one. Its end is
+read the same way, backwards.
 A latency that creeps up holds no such step: it is flagged once its rise
 crosses what a window may call slow, minutes in, and begins where the
 windows held show the rise beginning (`_ramp_onset`).
@@ -25,9 +28,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzer.detect import LOSS_SCALES
+
 FILLED = 0.9  # a first window the fault filled this much: look at the one before
-LOSS_STEP = 3.0  # a whole faulty window loses this many probes more than a healthy one, at least
-#                   (a smaller loss is dated by where its lost counts change, _slow_loss_onset)
+# A loss found by summing windows began at most this many before its first flagged one.
+SCAN_WINDOWS = max(LOSS_SCALES)
 CHANGE_CHI2 = 6.63  # chi-squared (1 degree of freedom) at 1 %: a change of loss rate that counts
 RAMP_WINDOWS = 3  # a rise over fewer windows than this is a step (one partly filled window
 #                  each side of it makes two)
@@ -42,10 +47,11 @@ def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: n
     it, no whole faulty window after it, or no clear step between the two
     and, for a latency, no ramp before it either).
     Per window (`starts`, in any order) and incident pair (columns): probes
-    lost, probes received and their RTTs' sum (us). The healthy level is
-    read from the two windows before the one before `first`, each pair's
-    RTT against its own; the faulty one from up to three after it (their
-    median: a fault may end, a congestion pass)."""
+    lost, probes received and their RTTs' sum (us). A latency's healthy
+    level is read from the two windows before the one before `first`, each
+    pair's RTT against its own; the faulty one from up to three after it
+    (their median: a fault may end, a congestion pass). A loss is dated by
+    `_loss_onset`."""
     starts = np.asarray(starts, dtype=np.float64)
     k = np.rint(starts / window_s).astype(np.int64)
     at = {int(x): i for i, x in enumerate(k.tolist())}
@@ -54,29 +60,23 @@ def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: n
     faulty = [at[j] for j in (k0 + 1, k0 + 2, k0 + 3) if j in at]
     if k0 not in at or not healthy or not faulty:
         return None
-    if symptom == "latency":
-        got = received[healthy].sum(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            level = np.where(got > 0, rtt_sum[healthy].sum(axis=0) / got, np.nan)
-        # A pair with no healthy RTT of its own adds nothing either way.
-        amount = np.nansum(rtt_sum - received * level, axis=1)
-        base, least = 0.0, 0.0
-    else:
-        amount = lost.sum(axis=1).astype(np.float64)
-        base, least = float(amount[healthy].mean()), LOSS_STEP
-    step = float(np.median(amount[faulty])) - base
+    if symptom != "latency":
+        return _loss_onset(starts, k, lost.sum(axis=1).astype(np.float64), k0, window_s)
+    got = received[healthy].sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        level = np.where(got > 0, rtt_sum[healthy].sum(axis=0) / got, np.nan)
+    # A pair with no healthy RTT of its own adds nothing either way.
+    amount = np.nansum(rtt_sum - received * level, axis=1)
+    step = float(np.median(amount[faulty]))
     start: float | None = None
-    if step > least:
-        share = float(np.clip((amount[at[k0]] - base) / step, 0.0, 1.0))
+    if step > 0:
+        share = float(np.clip(amount[at[k0]] / step, 0.0, 1.0))
         start = first + window_s * (1.0 - share)
         if share >= FILLED and k0 - 1 in at:
-            start -= window_s * float(np.clip((amount[at[k0 - 1]] - base) / step, 0.0, 1.0))
-    elif symptom != "latency":
-        return _slow_loss_onset(starts, k, amount, k0, window_s)
-    if symptom == "latency":
-        ramp = _ramp_onset(starts, k, received, rtt_sum, k0, window_s)
-        if ramp is not None and (start is None or ramp < start - window_s):
-            return ramp
+            start -= window_s * float(np.clip(amount[at[k0 - 1]] / step, 0.0, 1.0))
+    ramp = _ramp_onset(starts, k, received, rtt_sum, k0, window_s)
+    if ramp is not None and (start is None or ramp < start - window_s):
+        return ramp
     return start
 
 
@@ -112,43 +112,72 @@ def _ramp_onset(starts: np.ndarray, k: np.ndarray, received: np.ndarray, rtt_sum
     return float(starts[use].min() + rise[0] * window_s)
 
 
-def _poisson_fit(x: np.ndarray) -> float:
-    """Log-likelihood of counts under one Poisson rate, their mean (without
-    the terms that do not depend on the rate)."""
-    total = float(x.sum())
-    return total * np.log(total / len(x)) - total if total > 0 else 0.0
+def _poisson_loglik(x: np.ndarray, mu: np.ndarray) -> float:
+    """Log-likelihood of counts x under Poisson means mu (without the terms
+    that do not depend on mu); a mean of 0 against a count is as unlikely
+    as one probe in a thousand windows."""
+    mu = np.maximum(mu, 1e-3)
+    return float((x * np.log(mu) - mu).sum())
 
 
-def _slow_loss_onset(starts: np.ndarray, k: np.ndarray, lost: np.ndarray, k0: int,
-                     window_s: float) -> float | None:
-    """A loss of a probe or two a window is found only once windows of it
-    add up, and no window holds a step to read a share from: where it began
-    is where its windows' lost counts change from one Poisson rate to a
-    higher one (the likeliest change point, at or before the first flagged
-    window, with at least two windows before it), if the change explains
-    the counts better than one rate by more than chance would (likelihood
-    ratio, chi-squared with one degree of freedom at 1 %). Within that
-    window, the share of a faulty window's losses it held."""
+def _loss_onset(starts: np.ndarray, k: np.ndarray, lost: np.ndarray, k0: int,
+                window_s: float) -> float | None:
+    """Where a loss began: the lost counts of the windows held are a
+    healthy rate, then one window the fault filled a share of, then the
+    faulty rate (read where the fault certainly was, below). The window
+    and share that make the counts likeliest (Poisson), among the windows
+    at most SCAN_WINDOWS before the first flagged one `k0` and with two
+    before them, if a change of rate there beats one rate for all by more
+    than chance would (likelihood ratio, chi-squared at 1 %). A loss found
+    by summing windows began windows before its first flagged one, and a
+    strong one may have filled the one before it: one model reads both,
+    where the share of the flagged window alone dated a 1 % loss 48 s late
+    (bench/inject.py --place 204, linkloss). The caller holds windows after
+    `k0`."""
     order = np.argsort(k, kind="stable")
     k, x, starts = k[order], lost[order], starts[order]
-    one = _poisson_fit(x)
-    best, at = 0.0, -1
-    for i in range(2, len(x)):
-        if k[i] > k0:
+    use = k >= k0 - 2 * SCAN_WINDOWS  # older windows may hold some other fault
+    k, x, starts = k[use], x[use], starts[use]
+    # The faulty rate, the same for every place tried (or the likelihoods
+    # would compare levels, not places), from up to three windows after the
+    # first flagged one (the fault's): their mean, the rate's likeliest,
+    # to find the place (their median, 1, made one probe lost in a healthy
+    # window five before a weak loss of 7, 5, 1, 1 its start); their
+    # median for the share of a whole faulty window the place held (a
+    # fault may end, a congestion pass).
+    faulty = x[(k > k0) & (k <= k0 + 3)]
+    high = float(faulty.mean())
+    best, pick, held = -np.inf, -1, 0.0
+    for j in range(2, len(x) - 1):
+        if k[j] > k0:
             break
-        before, after = x[:i], x[i:]
-        if after.mean() <= before.mean():
+        if k[j] < k0 - SCAN_WINDOWS:
             continue
-        gain = _poisson_fit(before) + _poisson_fit(after) - one
-        if gain > best:
-            best, at = gain, i
-    if at < 0 or 2 * best < CHANGE_CHI2:
+        low = float(x[:j].mean())
+        if high <= low:
+            continue
+        share = float(np.clip((x[j] - low) / (high - low), 0.0, 1.0))
+        mu = np.concatenate([np.full(j, low), [low + share * (high - low)],
+                             np.full(len(x) - j - 1, high)])
+        fit = _poisson_loglik(x, mu)
+        if fit >= best:  # a tie: this window filled whole, or the one before not at all
+            best, pick, held = fit, j, share
+    if pick < 0:
         return None
-    # A faulty window's losses: the median's, so that a stronger phase of
-    # the fault, or healthy windows on its far side, do not set them.
-    low, high = float(x[:at].mean()), float(np.median(x[at:]))
-    share = float(np.clip((x[at] - low) / (high - low), 0.0, 1.0)) if high > low else 1.0
-    return float(starts[at] + window_s * (1.0 - share))
+    j = pick
+    # Two rates, split where the fault began (a window it held none of is
+    # healthy), against one: each its maximum-likelihood mean.
+    cut = j if held > 0 else j + 1
+    before, after = x[:cut], x[cut:]
+    gain = sum(_poisson_loglik(part, np.full(len(part), part.mean())) for part in (before, after)) \
+        - _poisson_loglik(x, np.full(len(x), x.mean()))
+    if 2 * gain < CHANGE_CHI2:
+        return None
+    if held == 0:
+        return float(starts[j] + window_s)
+    low, high = float(x[:j].mean()), float(np.median(faulty))
+    share = float(np.clip((x[j] - low) / (high - low), 0.0, 1.0)) if high > low else 1.0
+    return float(starts[j] + window_s * (1.0 - share))
 
 
 def ending(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: np.ndarray,
