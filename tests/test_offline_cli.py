@@ -82,6 +82,13 @@ def test_analyze_finds_the_lossy_pair_only(tmp_path, topo_file, topo_doc):
     assert all(i["symptom"] == "loss" and i["start"] >= 1_700_000_010 + 30 for i in doc["incidents"])
 
 
+def _two_probes(path, **columns):
+    """Two probes of one pair, with `columns` in place of the good ones."""
+    table = {"ts": [1.0, 2.0], "src": ["job7-w000/rnic0"] * 2, "dst": ["job7-w001/rnic0"] * 2,
+             "size": pa.array([64, 64], pa.int32()), "rtt_us": [15.0, 16.0], "proto": ["udp"] * 2}
+    pq.write_table(pa.table({**table, **columns}), path)
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda p: p.write_bytes(b""), "empty file"),
     (lambda p: p.write_bytes(b"PAR1garbage"), "not a readable Parquet file"),
@@ -98,6 +105,12 @@ def test_analyze_finds_the_lossy_pair_only(tmp_path, topo_file, topo_doc):
         "ts": [1.0, 2.0], "src": ["job7-w000/rnic0"] * 2, "dst": ["job7-w001/rnic0"] * 2,
         "size": pa.array([64, 64], pa.int32()), "rtt_us": [15.0, float("inf")],
         "proto": ["udp"] * 2}), p), "column 'rtt_us' has 1 infinite value(s)"),
+    (lambda p: _two_probes(p, rtt_us=[15.0, -3.0]), "column 'rtt_us' has 1 negative value"),
+    (lambda p: _two_probes(p, ts=[1.0, float("nan")]), "column 'ts' has null or non-finite values"),
+    (lambda p: _two_probes(p, src=["job7-w000/rnic0", None]), "column 'src' has nulls"),
+    (lambda p: _two_probes(p, size=pa.array([64, 0], pa.int32())),
+     "column 'size' has non-positive values"),
+    (lambda p: _two_probes(p, size=[64.0, 64.0]), "column 'size' has type double, expected integer"),
 ])
 def test_analyze_bad_probe_files(tmp_path, topo_file, capsys, make, message):
     bad = tmp_path / "bad.parquet"
