@@ -68,16 +68,16 @@ def reported(f: Finding) -> float:
 
 
 def continued(streaks: dict[tuple[str, str], Streak], pairs: Sequence[Pair],
-               related: Callable[[tuple[str, str]], bool] = lambda _k: True) -> Streak | None:
+              related: Callable[[tuple[str, str]], bool] = lambda _k: True) -> Streak | None:
     """The earliest streak of the last window, of a related component,
     sharing at least half of the smaller of the two pair sets with these
     pairs."""
     mine = set(pairs)
     best = None
     for k, st in streaks.items():
-        if related(k) and half_shared(mine, st.pairs) and (best is None or st.first < best.first
-                                             or (st.first == best.first
-                                                 and st.count > best.count)):
+        if related(k) and half_shared(mine, st.pairs) and (
+                best is None or st.first < best.first
+                or (st.first == best.first and st.count > best.count)):
             best = st
     return best
 

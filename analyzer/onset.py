@@ -120,6 +120,11 @@ def _poisson_loglik(x: np.ndarray, mu: np.ndarray) -> float:
     return float((x * np.log(mu) - mu).sum())
 
 
+def _one_rate(x: np.ndarray) -> float:
+    """Log-likelihood of counts under one Poisson rate, their mean."""
+    return _poisson_loglik(x, np.full(len(x), x.mean()))
+
+
 def _loss_onset(starts: np.ndarray, k: np.ndarray, lost: np.ndarray, k0: int,
                 window_s: float) -> float | None:
     """Where a loss began: the lost counts of the windows held are a
@@ -169,8 +174,7 @@ def _loss_onset(starts: np.ndarray, k: np.ndarray, lost: np.ndarray, k0: int,
     # healthy), against one: each its maximum-likelihood mean.
     cut = j if held > 0 else j + 1
     before, after = x[:cut], x[cut:]
-    gain = sum(_poisson_loglik(part, np.full(len(part), part.mean())) for part in (before, after)) \
-        - _poisson_loglik(x, np.full(len(x), x.mean()))
+    gain = _one_rate(before) + _one_rate(after) - _one_rate(x)
     if 2 * gain < CHANGE_CHI2:
         return None
     if held == 0:

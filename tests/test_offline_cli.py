@@ -94,17 +94,12 @@ def _two_probes(path, **columns):
     (lambda p: p.write_bytes(b"PAR1garbage"), "not a readable Parquet file"),
     (lambda p: pq.write_table(pa.table({"ts": [1.0]}), p), "missing column 'src'"),
     # Epoch seconds in float32 are 128 s apart: every window would merge.
-    (lambda p: pq.write_table(pa.table({
-        "ts": pa.array([1.7e9, 1.7e9 + 1], pa.float32()), "src": ["job7-w000/rnic0"] * 2,
-        "dst": ["job7-w001/rnic0"] * 2, "size": pa.array([64, 64], pa.int32()),
-        "rtt_us": [15.0, 16.0], "proto": ["udp"] * 2}), p),
+    (lambda p: _two_probes(p, ts=pa.array([1.7e9, 1.7e9 + 1], pa.float32())),
      "column 'ts' has type float, expected float64 seconds"),
     # An infinite RTT is no measurement (lost is null): it made a window's
     # mean and spread infinite and moved a localization's confidence.
-    (lambda p: pq.write_table(pa.table({
-        "ts": [1.0, 2.0], "src": ["job7-w000/rnic0"] * 2, "dst": ["job7-w001/rnic0"] * 2,
-        "size": pa.array([64, 64], pa.int32()), "rtt_us": [15.0, float("inf")],
-        "proto": ["udp"] * 2}), p), "column 'rtt_us' has 1 infinite value(s)"),
+    (lambda p: _two_probes(p, rtt_us=[15.0, float("inf")]),
+     "column 'rtt_us' has 1 infinite value(s)"),
     (lambda p: _two_probes(p, rtt_us=[15.0, -3.0]), "column 'rtt_us' has 1 negative value"),
     (lambda p: _two_probes(p, ts=[1.0, float("nan")]), "column 'ts' has null or non-finite values"),
     (lambda p: _two_probes(p, src=["job7-w000/rnic0", None]), "column 'src' has nulls"),

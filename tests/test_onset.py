@@ -222,9 +222,9 @@ def test_a_loss_found_by_summing_windows_began_before_its_first_flagged_one():
 
 
 def test_one_probe_lost_in_a_healthy_window_is_not_where_a_weak_loss_began():
-    """A stray loss five windows before a weak loss (seven, five, one, one a
-    window): the fault's level is read from the flagged window and those
-    after it, so the stray probe does not pass for it."""
+    """A stray loss four windows before a weak loss (seven, five, one, one a
+    window): the fault's level is the mean of the windows after the flagged
+    one, not their median (1), so the stray probe does not pass for it."""
     starts, lost, rec, rtt = sums([[0], [0], [0], [1], [0], [0], [1], [7], [5], [1], [1]])
     began = onset(starts, lost, rec, rtt, T0 + 7 * W, W, "loss")
     assert began is not None and began >= T0 + 6 * W
