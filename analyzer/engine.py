@@ -89,7 +89,7 @@ class _Seen:
     start: float
     end: float
     pairs: np.ndarray
-    anomalous: set[int]
+    anomalous: dict[int, str]  # pair id -> its symptom in this window
 
 
 def _at(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -501,7 +501,8 @@ class Analyzer:
                 evidence[pair] = {"routes": slow_routes}
                 bad_pairs = np.union1d(bad_pairs, [self._pair_id[pair]])
         seen_ids = unique(pid)
-        self._seen.append(_Seen(start, end, seen_ids, {int(x) for x in bad_pairs}))
+        self._seen.append(_Seen(start, end, seen_ids,
+                                {int(x): anomalous[self._pairs[int(x)]] for x in bad_pairs}))
         changed = []
         if anomalous or self._open:
             healthy = {self._pairs[i]
@@ -1261,9 +1262,9 @@ class Analyzer:
             p_id = self._pair_id.get(pair, -1)
             seen = [s for s in self._seen if s.end > start and s.start <= end
                     and _contains(s.pairs, p_id)]
-            if any(p_id in s.anomalous for s in seen):
-                verdicts.append(PairVerdict(pair, INCONCLUSIVE,
-                                            "anomalous window(s) not yet persistent"))
+            odd = [s for s in seen if p_id in s.anomalous]
+            if odd:
+                verdicts.append(PairVerdict(pair, INCONCLUSIVE, _not_yet(odd, p_id, len(seen))))
             elif seen:
                 verdicts.append(PairVerdict(pair, OK, f"{len(seen)} healthy window(s)"))
             else:
@@ -1275,6 +1276,16 @@ class Analyzer:
                          incidents=sorted(incidents.values(), key=lambda i: i.id))
 
 
+
+
+def _not_yet(odd: Sequence[_Seen], p_id: int, n_seen: int) -> str:
+    """Which symptoms, in how many of the windows asked about, and the last
+    one's end: a caller told only "anomalous" cannot tell a passing queue
+    from the first window of a loss."""
+    counts = Counter(s.anomalous[p_id] for s in odd)
+    what = ", ".join(f"{sym} in {n}" for sym, n in sorted(counts.items()))
+    return (f"anomalous window(s) not yet persistent: {what} of {n_seen} window(s), "
+            f"the last ending at {max(s.end for s in odd):.0f}")
 
 
 def _contains(sorted_ids: np.ndarray, x: int) -> bool:

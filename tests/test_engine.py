@@ -211,6 +211,8 @@ def test_persistence_requirement_delays_the_incident():
     assert feed(e, 0, bad=of_endpoint(0)) == []
     d = e.diagnose([], [p], 0, 0, now=T0 + W + 5)
     assert d.verdict == INCONCLUSIVE and "not yet persistent" in d.pairs[0].reason
+    # A caller reads what was seen, not only that something was.
+    assert "loss in 1 of 1 window(s)" in d.pairs[0].reason
     opened = feed(e, 1, bad=of_endpoint(0))
     assert opened and opened[0].start == T0, "the incident starts where the anomaly did"
 
