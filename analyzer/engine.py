@@ -12,7 +12,6 @@ import math
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -43,12 +42,11 @@ from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
 from analyzer.pooling import PoolingGroups
 from analyzer.routes import RouteEvidence
+from analyzer.seen import SeenWindow, SeenWindows
 from analyzer.store import IncidentStore
 from analyzer.verdicts import (
     FAULT,
     INCONCLUSIVE,
-    NO_WINDOW,
-    OK,
     CheckOutcome,
     Diagnosis,
     PairVerdict,
@@ -81,17 +79,6 @@ ONSET_BYTES = 32 << 20
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
 
 
-@dataclass
-class _Seen:
-    """One analysed window: which pairs it saw (sorted pair ids) and which of
-    them were anomalous; Diagnose reads these, no per-pair bookkeeping."""
-
-    start: float
-    end: float
-    pairs: np.ndarray
-    anomalous: dict[int, str]  # pair id -> its symptom in this window
-
-
 def _at(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """values[:, ids], 0 past the end (pairs first seen after those values)."""
     out = np.zeros((len(values), len(ids)), dtype=np.float64)
@@ -108,7 +95,7 @@ class Analyzer:
         self.paths = UnderlayPaths(topo)
         self._endpoints_of_host: dict[str, list[str]] | None = None
         self._pending_batches: dict[tuple[float, float], list[WindowBatch]] = defaultdict(list)
-        self._seen: deque[_Seen] = deque()
+        self._seen = SeenWindows()
         self._by_endpoint: dict[str, set[Pair]] = defaultdict(set)
         self._pairs: list[Pair] = []            # pair id -> pair
         self._pair_id: dict[Pair, int] = {}
@@ -501,8 +488,8 @@ class Analyzer:
                 evidence[pair] = {"routes": slow_routes}
                 bad_pairs = np.union1d(bad_pairs, [self._pair_id[pair]])
         seen_ids = unique(pid)
-        self._seen.append(_Seen(start, end, seen_ids,
-                                {int(x): anomalous[self._pairs[int(x)]] for x in bad_pairs}))
+        self._seen.add(SeenWindow(start, end, seen_ids,
+                                  {int(x): anomalous[self._pairs[int(x)]] for x in bad_pairs}))
         changed = []
         if anomalous or self._open:
             healthy = {self._pairs[i]
@@ -711,8 +698,7 @@ class Analyzer:
 
     def _prune(self, now: float) -> None:
         horizon = min(now, self.processed_until) - self.cfg.history_seconds
-        while self._seen and self._seen[0].end < horizon:
-            self._seen.popleft()
+        self._seen.prune(horizon)
 
     def _update_incidents(self, start: float, findings: list[Finding],
                           evidence: dict[Pair, dict[str, object]],
@@ -1223,10 +1209,7 @@ class Analyzer:
                 symptoms[p] = [x if x != "unreachable" else "loss" for x in s]
         anomalous = {p: worst_symptom(s) for p, s in symptoms.items()}
         healthy = checked - set(anomalous)
-        if self._seen:
-            last = self._seen[-1]
-            healthy |= {self._pairs[int(i)] for i in last.pairs.tolist()
-                        if int(i) not in last.anomalous} - set(anomalous)
+        healthy |= {self._pairs[i] for i in self._seen.latest_healthy()} - set(anomalous)
         findings = self._localize(anomalous, healthy) if anomalous else []
         return CheckOutcome(
             checked=checked, reasons={p: "; ".join(n) for p, n in notes.items()},
@@ -1259,35 +1242,10 @@ class Analyzer:
                     incidents[i.id] = i
                 verdicts.append(PairVerdict(pair, FAULT, ", ".join(sorted(i.id for i in hits))))
                 continue
-            p_id = self._pair_id.get(pair, -1)
-            seen = [s for s in self._seen if s.end > start and s.start <= end
-                    and _contains(s.pairs, p_id)]
-            odd = [s for s in seen if p_id in s.anomalous]
-            if odd:
-                verdicts.append(PairVerdict(pair, INCONCLUSIVE, _not_yet(odd, p_id, len(seen))))
-            elif seen:
-                verdicts.append(PairVerdict(pair, OK, f"{len(seen)} healthy window(s)"))
-            else:
-                verdicts.append(PairVerdict(pair, INCONCLUSIVE, NO_WINDOW))
+            verdicts.append(PairVerdict(pair, *self._seen.judge(self._pair_id.get(pair, -1),
+                                                                start, end)))
         verdicts = [dataclasses.replace(v, route_from=self.routes.latest[v.pair][0],
                                         route=self.routes.latest[v.pair][1])
                     if v.pair in self.routes.latest else v for v in verdicts]
         return Diagnosis(verdict=overall(verdicts), pairs=verdicts,
                          incidents=sorted(incidents.values(), key=lambda i: i.id))
-
-
-
-
-def _not_yet(odd: Sequence[_Seen], p_id: int, n_seen: int) -> str:
-    """Which symptoms, in how many of the windows asked about, and the last
-    one's end: a caller told only "anomalous" cannot tell a passing queue
-    from the first window of a loss."""
-    counts = Counter(s.anomalous[p_id] for s in odd)
-    what = ", ".join(f"{sym} in {n}" for sym, n in sorted(counts.items()))
-    return (f"anomalous window(s) not yet persistent: {what} of {n_seen} window(s), "
-            f"the last ending at {max(s.end for s in odd):.0f}")
-
-
-def _contains(sorted_ids: np.ndarray, x: int) -> bool:
-    i = int(np.searchsorted(sorted_ids, x))
-    return i < len(sorted_ids) and int(sorted_ids[i]) == x
