@@ -10,14 +10,14 @@ import dataclasses
 import logging
 import math
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from functools import partial
 
 import numpy as np
 
 from analyzer import metrics
-from analyzer.batch import STAT_FIELDS, WindowBatch
+from analyzer.batch import WindowBatch
 from analyzer.detect import (
     STATS,
     Detector,
@@ -53,6 +53,7 @@ from analyzer.verdicts import (
     overall,
 )
 from analyzer.window_evidence import row_label, window_evidence
+from analyzer.window_sums import WindowSums
 from netskel.arrays import row_nanmedian, unique
 from netskel.config import AnalyzerConfig
 from netskel.errors import InputError, NotFoundError
@@ -66,25 +67,7 @@ MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" cred
 DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is what matters)
 # Findings less certain than this wait a window longer before they open an incident.
 WEAK_CONFIDENCE = 0.5
-# Windows of per-pair sums kept for reading when an incident began
-# (analyzer/onset.py: two healthy ones, the one before, the first, three after;
-# a slow loss found over up to 8 windows began as far back, and its change of
-# rate needs healthy windows before it): at least ONSET_WINDOWS, and as many
-# more as ONSET_BYTES hold (12 bytes a pair a window), up to
-# ONSET_MAX_WINDOWS: a latency that creeps up for minutes is flagged late,
-# and its rise is read back to where it began (faults last 5-25 min).
-ONSET_WINDOWS = 12
-ONSET_MAX_WINDOWS = 60
-ONSET_BYTES = 32 << 20
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
-
-
-def _at(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """values[:, ids], 0 past the end (pairs first seen after those values)."""
-    out = np.zeros((len(values), len(ids)), dtype=np.float64)
-    inside = ids < values.shape[1]
-    out[:, inside] = values[:, ids[inside]]
-    return out
 
 
 class Analyzer:
@@ -107,7 +90,7 @@ class Analyzer:
         self._win_lost: np.ndarray = np.zeros(0)
         # The last windows' probes lost and received, and the received RTTs'
         # sum, per pair id: when an incident began (analyzer/onset.py).
-        self._sums: deque[tuple[float, np.ndarray]] = deque()  # (3, pairs) a window
+        self._sums = WindowSums()
         self._onset_due: dict[str, float] = {}  # young incident -> its first window's start
         self.incidents: dict[str, Incident] = {}
         # Keyed by component: a loss that turns into unreachability is one incident.
@@ -445,7 +428,7 @@ class Analyzer:
         stats, sent, lost, slow = b.stats, b.sent, b.lost, b.slow
         groups = self.groups.of_rows(rows)
         pid = self._row_pair[rows]
-        pair_sent, pair_lost = self._note_sums(start, pid, stats, sent, lost)
+        pair_sent, pair_lost = self._sums.note(start, pid, stats, sent, lost, len(self._pairs))
         gone = self.dead | self._silent | self._on_lossy_hosts()
         explained = None
         if gone:
@@ -530,35 +513,11 @@ class Analyzer:
             changed += self._drift_incidents(drift)
         return changed
 
-    def _note_sums(self, start: float, pid: np.ndarray, stats: np.ndarray, sent: np.ndarray,
-                   lost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """This window's probes sent and lost per pair id, kept with the
-        received RTTs' sum for reading when incidents began."""
-        npairs = len(self._pairs)
-        pair_sent = np.bincount(pid, weights=sent, minlength=npairs)
-        pair_lost = np.bincount(pid, weights=lost, minlength=npairs)
-        # A row with nothing received has a NaN mean: 0 x NaN reads as 0.
-        rtt_sum = np.nan_to_num(stats[:, STAT_FIELDS.index("rtt_mean")] * (sent - lost),
-                                copy=False)
-        sums = np.empty((3, npairs), dtype=np.float32)
-        sums[0] = pair_lost
-        np.subtract(pair_sent, pair_lost, out=sums[1])
-        sums[2] = np.bincount(pid, weights=rtt_sum, minlength=npairs)
-        self._sums.append((start, sums))
-        keep = min(ONSET_MAX_WINDOWS, max(ONSET_WINDOWS, ONSET_BYTES // max(sums.nbytes, 1)))
-        while len(self._sums) > keep:
-            self._sums.popleft()
-        return pair_sent, pair_lost
-
     def _window_sums(self, inc: Incident) -> tuple[np.ndarray, np.ndarray] | None:
         """(window starts, (3, windows, pairs) lost / received / RTT sums) of
         the incident's pairs over the windows held."""
-        ids = np.array([self._pair_id[p] for p in inc.pairs if p in self._pair_id],
-                       dtype=np.int64)
-        if not len(ids) or not self._sums:
-            return None
-        starts = np.array([x[0] for x in self._sums])
-        return starts, np.stack([_at(x, ids) for _, x in self._sums], axis=1)
+        return self._sums.of(np.array([self._pair_id[p] for p in inc.pairs
+                                       if p in self._pair_id], dtype=np.int64))
 
     def _read_onsets(self, now_start: float) -> list[Incident]:
         """Young short-term incidents start where their fault began, read
