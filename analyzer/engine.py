@@ -78,7 +78,7 @@ class Analyzer:
         self.paths = UnderlayPaths(topo)
         self._endpoints_of_host: dict[str, list[str]] | None = None
         self._pending_batches: dict[tuple[float, float], list[WindowBatch]] = defaultdict(list)
-        self._seen = SeenWindows()
+        self._seen = SeenWindows(settle=cfg.close_windows)
         self._by_endpoint: dict[str, set[Pair]] = defaultdict(set)
         self._pairs: list[Pair] = []            # pair id -> pair
         self._pair_id: dict[Pair, int] = {}

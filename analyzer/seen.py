@@ -27,10 +27,13 @@ class SeenWindow:
 
 
 class SeenWindows:
-    """Windows in the order they were analysed, oldest dropped first."""
+    """Windows in the order they were analysed, oldest dropped first.
+    `settle`: healthy windows after a pair's anomaly that make it one that
+    passed (the engine's close_windows: as many as end an incident)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settle: int) -> None:
         self._windows: deque[SeenWindow] = deque()
+        self.settle = settle
 
     def add(self, window: SeenWindow) -> None:
         self._windows.append(window)
@@ -50,24 +53,45 @@ class SeenWindows:
 
     def judge(self, p_id: int, start: float, end: float) -> tuple[str, str]:
         """A pair's verdict and reason from the windows overlapping
-        [start, end]; persistent faults are the incidents' to answer."""
+        [start, end]; persistent faults are the incidents' to answer. An
+        anomaly that did not persist and was followed by `settle` healthy
+        windows passed (benign congestion does so a few times an hour on a
+        busy fabric): OK, and the reason says so. One that may still
+        persist cannot be judged yet."""
         seen = [w for w in self._in_range(start, end) if w.holds(p_id)]
         odd = [w for w in seen if p_id in w.anomalous]
         if odd:
-            return INCONCLUSIVE, _not_yet(odd, p_id, len(seen))
+            what = _symptoms(odd, p_id)
+            if self._settled(p_id, odd[-1]):
+                return OK, (f"{len(seen) - len(odd)} healthy window(s); {what} passed without "
+                            f"an incident ({self.settle} healthy after it)")
+            return INCONCLUSIVE, (f"anomalous window(s) not yet persistent: {what} of "
+                                  f"{len(seen)} window(s), the last ending at {odd[-1].end:.0f}")
         if seen:
             return OK, f"{len(seen)} healthy window(s)"
         return INCONCLUSIVE, NO_WINDOW
+
+    def _settled(self, p_id: int, last_odd: SeenWindow) -> bool:
+        """The pair's next `settle` windows after `last_odd` were all held
+        and healthy (those past the asked range count: they say how the
+        anomaly ended)."""
+        after = 0
+        for w in self._windows:
+            if w.start < last_odd.end or not w.holds(p_id):
+                continue
+            if p_id in w.anomalous:
+                return False
+            after += 1
+            if after >= self.settle:
+                return True
+        return False
 
     def _in_range(self, start: float, end: float) -> Iterator[SeenWindow]:
         return (w for w in self._windows if w.end > start and w.start <= end)
 
 
-def _not_yet(odd: list[SeenWindow], p_id: int, n_seen: int) -> str:
-    """Which symptoms, in how many of the windows asked about, and the last
-    one's end: a caller told only "anomalous" cannot tell a passing queue
-    from the first window of a loss."""
+def _symptoms(odd: list[SeenWindow], p_id: int) -> str:
+    """Which symptoms in how many windows: a caller told only "anomalous"
+    cannot tell a passing queue from the first window of a loss."""
     counts = Counter(w.anomalous[p_id] for w in odd)
-    what = ", ".join(f"{sym} in {n}" for sym, n in sorted(counts.items()))
-    return (f"anomalous window(s) not yet persistent: {what} of {n_seen} window(s), "
-            f"the last ending at {max(w.end for w in odd):.0f}")
+    return ", ".join(f"{sym} in {n}" for sym, n in sorted(counts.items()))

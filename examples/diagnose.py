@@ -6,8 +6,9 @@ A diagnosis engine that sees ranks stall passes their endpoints (contract
 ids, e.g. "job7-w003/rnic0"). NetDiag answers from its current state:
 NETWORK_FAULT with the incidents that explain it (component, layer,
 evidence), NETWORK_OK when every monitored pair of those endpoints is
-healthy, INCONCLUSIVE when it cannot tell yet (no window, or an anomaly that
-has not persisted)."""
+healthy, INCONCLUSIVE when it cannot tell yet (no window, or an anomaly in
+the latest windows that may still persist; one that passed reads healthy,
+named in the pair's reason)."""
 
 from __future__ import annotations
 

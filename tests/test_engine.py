@@ -217,6 +217,20 @@ def test_persistence_requirement_delays_the_incident():
     assert opened and opened[0].start == T0, "the incident starts where the anomaly did"
 
 
+def test_an_anomaly_that_passed_without_an_incident_is_healthy_once_it_settled():
+    cfg = AnalyzerConfig(persist_windows=2)
+    e = Analyzer(parse_topology(layout_doc(LAY)), cfg)
+    p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))
+    assert feed(e, 0, bad=of_endpoint(0)) == []
+    for k in range(1, 1 + cfg.close_windows):
+        d = e.diagnose([], [p], T0, 0, now=T0 + (k + 1) * W)
+        assert d.verdict == INCONCLUSIVE, f"only {k - 1} healthy window(s) after it"
+        assert feed(e, k) == []
+    d = e.diagnose([], [p], T0, 0, now=T0 + (cfg.close_windows + 1) * W + 5)
+    assert d.verdict == OK and e.list_incidents() == []
+    assert "loss in 1 passed without an incident" in d.pairs[0].reason
+
+
 def test_an_incident_starts_where_its_fault_began_in_its_first_window(engine):
     """Detected in the window the loss began in, the incident starts where it
     began: 20 s into that window (50 of 150 probes a whole window loses),

@@ -227,8 +227,8 @@ def _after_fault(dep, ended: float) -> None:
 
     def every_pair_reported() -> bool:
         # A window, whatever it says: a pair with one anomalous window that
-        # did not persist is INCONCLUSIVE for as long as that window is in
-        # the range, which starts at `clear` and never moves on. CI once
+        # did not persist is INCONCLUSIVE until close_windows healthy ones
+        # follow it (the range starts at `clear` and never moves on). CI once
         # failed here on a restarted agent's pair, INCONCLUSIVE for 60 s;
         # whether it had no window or such a window is not known (the
         # message now says).

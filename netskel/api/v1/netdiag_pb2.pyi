@@ -30,24 +30,32 @@ class _VerdictEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Verdict.Value
     DESCRIPTOR: _descriptor.EnumDescriptor
     VERDICT_UNSPECIFIED: _Verdict.ValueType  # 0
     NETWORK_OK: _Verdict.ValueType  # 1
-    """Every asked pair was probed in the range and found healthy."""
+    """Every asked pair was probed in the range and found healthy: no
+    incident, and any anomaly that did not persist was followed by as many
+    healthy windows as close an incident (the pair's reason says so).
+    """
     NETWORK_FAULT: _Verdict.ValueType  # 2
     """At least one asked pair is behind an incident in the range."""
     INCONCLUSIVE: _Verdict.ValueType  # 3
     """Some asked pair has no probe data in the range (not monitored, not yet
-    active, or no window closed yet) and none is faulty.
+    active, or no window closed yet), or an anomaly in its latest windows
+    that may still persist; and none is faulty.
     """
 
 class Verdict(_Verdict, metaclass=_VerdictEnumTypeWrapper): ...
 
 VERDICT_UNSPECIFIED: Verdict.ValueType  # 0
 NETWORK_OK: Verdict.ValueType  # 1
-"""Every asked pair was probed in the range and found healthy."""
+"""Every asked pair was probed in the range and found healthy: no
+incident, and any anomaly that did not persist was followed by as many
+healthy windows as close an incident (the pair's reason says so).
+"""
 NETWORK_FAULT: Verdict.ValueType  # 2
 """At least one asked pair is behind an incident in the range."""
 INCONCLUSIVE: Verdict.ValueType  # 3
 """Some asked pair has no probe data in the range (not monitored, not yet
-active, or no window closed yet) and none is faulty.
+active, or no window closed yet), or an anomaly in its latest windows
+that may still persist; and none is faulty.
 """
 Global___Verdict: _TypeAlias = Verdict  # noqa: Y015
 
