@@ -1,7 +1,7 @@
 """The analysed windows Diagnose answers from when no incident holds a pair:
-healthy, anomalous but not yet persistent, or never seen. A window keeps its
-pair ids sorted and its anomalous ones with their symptom, so a million
-pairs cost one array a window, not a record each."""
+healthy, anomalous but passed, anomalous and maybe persisting, or never
+seen. A window keeps its pair ids sorted and its anomalous ones with their
+symptom, so a million pairs cost one array a window, not a record each."""
 
 from __future__ import annotations
 
