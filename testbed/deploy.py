@@ -124,8 +124,9 @@ class Deployment:
                 ) -> dict[tuple[str, str], str]:
         """Each pair's verdict reason: NO_WINDOW (analyzer/engine.py) where
         the analyzer holds no window of it in the range. An INCONCLUSIVE
-        verdict alone does not say that: a pair whose latest windows include
-        an anomalous one that did not persist is INCONCLUSIVE too."""
+        verdict alone does not say that: a pair with an anomalous window in
+        the range that did not persist, and that close_windows healthy ones
+        have not yet followed, is INCONCLUSIVE too."""
         resp = self.diagnose(pairs, since)
         return {pair_key(v.pair.a, v.pair.b): v.reason for v in resp.pairs}
 
