@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzer.verdicts import INCONCLUSIVE, NO_WINDOW, OK
+from netskel.arrays import find_sorted
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,7 @@ class SeenWindow:
     anomalous: dict[int, str]  # pair id -> its symptom in this window
 
     def holds(self, p_id: int) -> bool:
-        i = int(np.searchsorted(self.pairs, p_id))
-        return i < len(self.pairs) and int(self.pairs[i]) == p_id
+        return bool(find_sorted(self.pairs, np.array([p_id]))[0][0])
 
 
 class SeenWindows:
