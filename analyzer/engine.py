@@ -25,6 +25,7 @@ from analyzer.detect import (
     Observation,
     poisson_sf,
 )
+from analyzer.diagnose import asked_pairs, check_symptoms, diagnosis, require_known, time_range
 from analyzer.history import PairHistory
 from analyzer.incident_rules import (
     FLOW_FACTS,
@@ -44,24 +45,15 @@ from analyzer.pooling import PoolingGroups
 from analyzer.routes import RouteEvidence
 from analyzer.seen import SeenWindow, SeenWindows
 from analyzer.store import IncidentStore
-from analyzer.verdicts import (
-    FAULT,
-    INCONCLUSIVE,
-    CheckOutcome,
-    Diagnosis,
-    PairVerdict,
-    overall,
-)
+from analyzer.verdicts import CheckOutcome, Diagnosis
 from analyzer.window_evidence import row_label, window_evidence
 from analyzer.window_sums import WindowSums
 from netskel.arrays import row_nanmedian, unique
 from netskel.config import AnalyzerConfig
-from netskel.errors import InputError, NotFoundError
 from netskel.model import LAYERS, AgentState, Incident, VSwitchDump, WindowStats, pair_key
 from netskel.topology import Topology
 
 log = logging.getLogger(__name__)
-DEFAULT_RANGE_S = 300.0  # what Diagnose looks back over when the ask names no range
 
 MIN_SUSTAINED_PROBES = 16  # probes that make "slow for most of the window" credible
 DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is what matters)
@@ -1118,23 +1110,12 @@ class Analyzer:
         return sorted(out, key=lambda i: (i.start, i.id))
 
     def require_known(self, endpoints: Iterable[str], rpc: str) -> None:
-        for e in endpoints:
-            if e not in self.known_endpoints:
-                raise NotFoundError(f"{rpc}: unknown endpoint '{e}'")
-
-    def _check_ask(self, endpoints: Sequence[str], pairs: Sequence[Pair]) -> None:
-        if not endpoints and not pairs:
-            raise InputError("Diagnose: name at least one endpoint or pair")
-        self.require_known((*endpoints, *(x for p in pairs for x in p)), "Diagnose")
+        require_known(endpoints, self.known_endpoints, rpc)
 
     def check_pairs(self, endpoints: Sequence[str], pairs: Sequence[Pair]) -> list[Pair]:
         """The monitored pairs an active check of these endpoints and pairs
         covers; unknown endpoints are an error, as for Diagnose."""
-        self._check_ask(endpoints, pairs)
-        asked = [pair_key(a, b) for a, b in pairs]
-        for e in endpoints:
-            asked.extend(sorted(self._by_endpoint.get(e, ())))
-        return list(dict.fromkeys(asked))
+        return asked_pairs(endpoints, pairs, self._by_endpoint, self.known_endpoints)[0]
 
     def judge_check(self, windows: Sequence[WindowStats], now: float) -> CheckOutcome:
         """An active check's windows (one per pair and size, routes freshly
@@ -1144,34 +1125,15 @@ class Analyzer:
         self.routes.note(WindowBatch.from_windows(good))
         stats = np.array([[getattr(w, k) for k in STATS] for w in good],
                          dtype=np.float64).reshape(len(good), len(STATS))
-        loss, slow, unreachable, ref = self.detector.judge_check(
+        flags = self.detector.judge_check(
             [(w.src, w.dst, w.size, w.proto) for w in good], stats,
             np.array([w.sent for w in good]), np.array([w.lost for w in good]))
-        checked: set[Pair] = set()
-        notes: dict[Pair, list[str]] = defaultdict(list)
-        symptoms: dict[Pair, list[str]] = defaultdict(list)
-        for i, w in enumerate(good):
-            p = pair_key(w.src, w.dst)
-            checked.add(p)
-            if unreachable[i]:
-                symptoms[p].append("unreachable")
-                notes[p].append(f"{w.size} B: all {w.sent} probes lost")
-            elif loss[i]:
-                symptoms[p].append("loss")
-                notes[p].append(f"{w.size} B: {w.lost}/{w.sent} lost")
-            if slow[i]:
-                symptoms[p].append("latency")
-                notes[p].append(f"{w.size} B: median RTT {w.rtt_median:.0f} us, "
-                                f"typically {ref[i]:.0f} us")
-        for p, s in symptoms.items():  # unreachable only when no size got through
-            if "unreachable" in s and not all(x == "unreachable" for x in s):
-                symptoms[p] = [x if x != "unreachable" else "loss" for x in s]
-        anomalous = {p: worst_symptom(s) for p, s in symptoms.items()}
+        checked, reasons, anomalous = check_symptoms(good, *flags)
         healthy = checked - set(anomalous)
         healthy |= {self._pairs[i] for i in self._seen.latest_healthy()} - set(anomalous)
         findings = self._localize(anomalous, healthy) if anomalous else []
         return CheckOutcome(
-            checked=checked, reasons={p: "; ".join(n) for p, n in notes.items()},
+            checked=checked, reasons=reasons,
             findings=[Incident(id=f"check-{k + 1}", start=now, end=now, symptom=f.symptom,
                                layer=f.layer, component=f.component, pairs=sorted(f.pairs),
                                confidence=reported(f), evidence=f.evidence)
@@ -1179,32 +1141,8 @@ class Analyzer:
 
     def diagnose(self, endpoints: Sequence[str], pairs: Sequence[Pair], start: float, end: float,
                  now: float) -> Diagnosis:
-        self._check_ask(endpoints, pairs)
-        end = end or now
-        start = start or end - DEFAULT_RANGE_S
-        if start > end:
-            raise InputError(f"Diagnose: start {start} is after end {end}")
-        asked: list[Pair] = [pair_key(a, b) for a, b in pairs]
-        verdicts: list[PairVerdict] = []
-        for e in endpoints:
-            mine = sorted(self._by_endpoint.get(e, ()))
-            if not mine:
-                verdicts.append(PairVerdict((e, e), INCONCLUSIVE,
-                                            f"no monitored pair has endpoint '{e}'"))
-            asked.extend(mine)
-        incidents: dict[str, Incident] = {}
-        for pair in dict.fromkeys(asked):
-            hits = [i for i in self.incidents.values() if pair in i.pairs
-                    and i.start <= end and (i.end is None or i.end > start)]
-            if hits:
-                for i in hits:
-                    incidents[i.id] = i
-                verdicts.append(PairVerdict(pair, FAULT, ", ".join(sorted(i.id for i in hits))))
-                continue
-            verdicts.append(PairVerdict(pair, *self._seen.judge(self._pair_id.get(pair, -1),
-                                                                start, end)))
-        verdicts = [dataclasses.replace(v, route_from=self.routes.latest[v.pair][0],
-                                        route=self.routes.latest[v.pair][1])
-                    if v.pair in self.routes.latest else v for v in verdicts]
-        return Diagnosis(verdict=overall(verdicts), pairs=verdicts,
-                         incidents=sorted(incidents.values(), key=lambda i: i.id))
+        asked, lonely = asked_pairs(endpoints, pairs, self._by_endpoint, self.known_endpoints)
+        start, end = time_range(start, end, now)
+        return diagnosis(asked, lonely, self.incidents.values(),
+                         lambda p: self._seen.judge(self._pair_id.get(p, -1), start, end),
+                         self.routes.latest, start, end)
