@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from netskel.errors import InputError, NetskelError
+from netskel.errors import InputError, NetskelError, OutputError
 from netskel.heap import retain_freed_memory
 from netskel.progress import Progress
 from netskel.stopping import STOP_DEADLINE_S
@@ -23,15 +23,45 @@ if TYPE_CHECKING:
     from netskel.security import Security
 
 
+def output_file(path: str | Path) -> Path:
+    """An output file's place, checked before the work: a typo in `-o`
+    should not cost a whole run and then its answer. What no check can
+    foresee (a full disk) fails the write itself, in one line."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError(f"{p}: is a directory, not a file to write")
+    if not p.parent.is_dir():
+        raise OutputError(f"{p}: no directory '{p.parent}' to write it in")
+    if not os.access(p.parent, os.W_OK):
+        raise OutputError(f"{p}: directory '{p.parent}' is not writable")
+    return p
+
+
+def output_dir(path: str | Path) -> Path:
+    """An output directory, made if missing; a file in its place is one error."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{p}: cannot make the output directory ({e.strerror})") from None
+    return p
+
+
 def write_json_atomic(path: str | Path, doc: Any) -> None:
     """Write all or nothing: a failed run leaves no partial output."""
     p = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.")
+    except OSError as e:
+        raise OutputError(f"{p}: cannot write ({e.strerror})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             _dump(doc, f, "")
             f.write("\n")
         os.replace(tmp, p)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(f"{p}: cannot write ({e.strerror})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -179,6 +209,7 @@ def _warn(line: str) -> None:
 def cmd_analyze(a: argparse.Namespace) -> int:
     from analyzer.offline import analyze_files
 
+    output_file(a.output)
     retain_freed_memory()
     doc = analyze_files(a.topology, a.probes, window_s=a.window, progress=_progress(a),
                         warn=_warn)
@@ -190,6 +221,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 def cmd_infer(a: argparse.Namespace) -> int:
     from controller.infer import infer_files
 
+    output_file(a.output)
     retain_freed_memory()
     doc = infer_files(a.topology, a.throughput, job=a.job, progress=_progress(a), warn=_warn)
     write_json_atomic(a.output, doc)
@@ -202,15 +234,19 @@ def cmd_import_csv(a: argparse.Namespace) -> int:
 
     from netskel.csvimport import read_rows, to_records, to_topology
 
+    out = output_file(a.probes)
+    if a.topology:
+        output_file(a.topology)
     rows = read_rows(a.csv)
     table = to_records(rows, source=str(a.csv))
-    out = Path(a.probes)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         pq.write_table(table, tmp)
         if a.topology:
             write_json_atomic(a.topology, to_topology(rows))
         os.replace(tmp, out)
+    except OSError as e:
+        raise OutputError(f"{out}: cannot write ({e.strerror})") from None
     finally:
         tmp.unlink(missing_ok=True)
     print(f"{table.num_rows} probe record(s) -> {out}", file=sys.stderr)
@@ -328,10 +364,9 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             shapes.append(JobShape(name, **fields))
         except (ValueError, TypeError) as e:
             raise InputError(f"--job '{spec}': expected NAME,dp=D,tp=T,pp=P[,ep=E] ({e})") from None
+    out = output_dir(a.out)
     topo, table, truth = simulate(shapes, Noise(duration_s=a.seconds, interval_s=a.interval),
                                   seed=a.seed)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "topology.json", topo)
     pq.write_table(table, out / "throughput.parquet")
     # The truth in the dev set's layout, so bench/accuracy.py scores it.
@@ -347,8 +382,6 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
 
 def cmd_certs(a: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from netskel.security import make_certs
 
     agents = list(a.agent or [])
@@ -356,7 +389,7 @@ def cmd_certs(a: argparse.Namespace) -> int:
         from netskel.topology import load_topology
 
         agents += sorted(load_topology(a.topology).containers)
-    files = make_certs(Path(a.out), dict.fromkeys(agents), hosts=tuple(a.host or ["localhost"]),
+    files = make_certs(output_dir(a.out), dict.fromkeys(agents), hosts=tuple(a.host or ["localhost"]),
                        days=a.days)
     print(f"{len(files)} certificate(s) in {a.out} (keys beside them, mode 0600)",
           file=sys.stderr)

@@ -16,6 +16,12 @@ class InsufficientData(InputError):
     overlap). Batch commands answer the rest and say what they could not."""
 
 
+class OutputError(NetskelError):
+    """An output the user named cannot be written there (no such
+    directory, a directory or a file in the way, a full disk, a state
+    file that is no SQLite database)."""
+
+
 class NotFoundError(NetskelError):
     """An id names nothing we know."""
 

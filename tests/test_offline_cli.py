@@ -253,6 +253,27 @@ def test_servers_refuse_a_malformed_topology_in_one_line(tmp_path, cmd):
     assert len(lines) == 1 and "links[0]: missing required field 'b'" in lines[0]
 
 
+@pytest.mark.parametrize("cmd", ["controller", "analyzer"])
+@pytest.mark.parametrize("db", ["missing directory", "not a database"])
+def test_servers_refuse_a_state_file_they_cannot_keep_in_one_line(tmp_path, topo_file, cmd, db):
+    """The store is opened at start-up: a wrong `--db` stops the server in
+    one line, and a file that is no database is left as it was."""
+    import subprocess
+    import sys
+
+    junk = bytes(range(256)) * 20
+    path = tmp_path / "nowhere" / "s.sqlite" if db == "missing directory" else tmp_path / "j.db"
+    if db == "not a database":
+        path.write_bytes(junk)
+    out = subprocess.run([sys.executable, "-m", "netskel.cli", cmd, "--topology", str(topo_file),
+                          "--db", str(path), "--listen", "127.0.0.1:0", "--insecure"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"netskel: error: {path}: "), lines
+    assert db == "missing directory" or path.read_bytes() == junk
+
+
 @pytest.mark.parametrize("content, says", [
     (b"src_pod\xe9,dst_pod\n", "not UTF-8 text"),
     ("\ufeff" + ",".join(__import__("netskel.csvimport", fromlist=["REQUIRED"]).REQUIRED)
@@ -297,3 +318,45 @@ def test_windows_in_parallel_time_slices_equal_one_pass(in_time_order):
                        rtt_us=np.where(rng.random(n) < 0.05, np.nan, rng.lognormal(3, 0.5, n)),
                        proto=np.array(["udp"] * n, dtype=object), route=None)
     assert compute_windows_parallel(rec, 30.0, parts=3) == compute_windows(rec, 30.0)
+
+
+def _commands(tmp_path: Path, topo_file: Path, topo_doc: dict, out: str) -> list[list[str]]:
+    table, _ = probe_table(topo_doc, seconds=5)
+    pq.write_table(table, tmp_path / "p.parquet")
+    eps = [e["id"] for c in topo_doc["containers"] for e in c["endpoints"]]
+    pq.write_table(pa.table({"ts": np.repeat(np.arange(20, dtype=float), len(eps)),
+                             "endpoint": eps * 20,
+                             "tx_bytes": np.zeros(20 * len(eps), dtype=np.int64),
+                             "rx_bytes": np.zeros(20 * len(eps), dtype=np.int64)}),
+                   tmp_path / "tp.parquet")
+    (tmp_path / "in.csv").write_text(
+        ",".join(__import__("netskel.csvimport", fromlist=["REQUIRED"]).REQUIRED) + "\n")
+    return [["analyze", "--topology", str(topo_file), "--probes", str(tmp_path / "p.parquet"),
+             "-o", out],
+            ["infer", "--topology", str(topo_file), "--throughput", str(tmp_path / "tp.parquet"),
+             "-o", out],
+            ["import-csv", str(tmp_path / "in.csv"), "--probes", out],
+            ["simulate", "--job", "j,dp=2,tp=8,pp=1", "--seconds", "5", "-o", out],
+            ["certs", "--agent", "c0", "--out", out]]
+
+
+@pytest.mark.parametrize("where", ["missing directory", "directory in the way",
+                                   "file in the way"])
+def test_an_output_that_cannot_be_written_is_one_line_before_the_work(
+        tmp_path, topo_file, topo_doc, capsys, where):
+    """A typo in `-o` is told in one line, and before the run, not after it
+    as a traceback: every command that writes files, each output kind."""
+    (tmp_path / "a-file").write_text("kept\n")
+    (tmp_path / "a-dir").mkdir()
+    out = {"missing directory": tmp_path / "nowhere" / "x",
+           "directory in the way": tmp_path / "a-dir",
+           "file in the way": tmp_path / "a-file"}[where]
+    for cmd in _commands(tmp_path, topo_file, topo_doc, str(out)):
+        makes_dir = cmd[0] in ("simulate", "certs")
+        if makes_dir != (where == "file in the way"):
+            continue  # a missing directory is made, a directory is what they want
+        assert main(cmd) == 2, cmd
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"netskel: error: {out}"), (cmd, err)
+    assert (tmp_path / "a-file").read_text() == "kept\n"
+    assert not (tmp_path / "nowhere").exists() and not any((tmp_path / "a-dir").iterdir())
