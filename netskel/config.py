@@ -23,6 +23,29 @@ def _positive(cfg: Any, where: str, names: tuple[str, ...]) -> None:
             raise InputError(f"{where}.{n}: must be positive, got {v}")
 
 
+def _at_least(cfg: Any, where: str, lows: dict[str, float]) -> None:
+    for n, low in lows.items():
+        v = getattr(cfg, n)
+        if not v >= low:
+            raise InputError(f"{where}.{n}: must be at least {low:g}, got {v}")
+
+
+def _share(cfg: Any, where: str, names: tuple[str, ...]) -> None:
+    """A probability or fraction: above 0 (a zero would make every test
+    impossible to pass or fail) and at most 1."""
+    for n in names:
+        v = getattr(cfg, n)
+        if not 0 < v <= 1:
+            raise InputError(f"{where}.{n}: must be in (0, 1], got {v}")
+
+
+def _port(cfg: Any, where: str, names: tuple[str, ...]) -> None:
+    for n in names:
+        v = getattr(cfg, n)
+        if not 0 <= v < 65536:
+            raise InputError(f"{where}.{n}: {v} is no port (0-65535; 0: any free or off)")
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     topology: str = ""                 # contract section 1 file
@@ -36,6 +59,12 @@ class ControllerConfig:
     # JSON {"router interface address": "switch id"} from the network's
     # inventory, handed to agents so their route traces name switches; "" = none
     switch_addresses: str = ""
+
+    def __post_init__(self) -> None:
+        _positive(self, "controller", ("heartbeat_interval_ms", "heartbeat_timeout_s",
+                                       "window_seconds"))
+        _at_least(self, "controller", {"reinfer_seconds": 0})
+        _port(self, "controller", ("metrics_port",))
 
 
 @dataclass(frozen=True)
@@ -111,6 +140,7 @@ class AgentConfig:
             raise InputError(f"agent.busy_poll_us: {self.busy_poll_us} is negative")
         if not 0 <= self.dscp <= 63:
             raise InputError(f"agent.dscp: {self.dscp} is not 0..63")
+        _port(self, "agent", ("probe_port", "metrics_port"))
         if not 1 <= self.flows <= 64:
             raise InputError(f"agent.flows: {self.flows} is not 1..64")
         if not 0 < self.tunnel_port < 65536:
@@ -165,6 +195,26 @@ class AnalyzerConfig:
     db: str = ""                       # SQLite file keeping incidents across restarts; "" = none
     incidents_kept: int = 10_000       # closed incidents kept (the oldest go first) ...
     incidents_max_age_s: float = 7 * 86400.0  # ... and none closed longer ago than this
+
+    def __post_init__(self) -> None:
+        _share(self, "analyzer", ("loss_baseline", "loss_alpha", "loss_near_alpha",
+                                  "close_loss_alpha", "drift_fdr"))
+        _positive(self, "analyzer", ("persist_windows", "close_windows",
+                                     "latency_persist_windows", "lof_neighbors",
+                                     "lof_history_windows", "lof_min_history", "lof_threshold",
+                                     "drift_period_s", "drift_min_windows", "history_seconds",
+                                     "incidents_max_age_s"))
+        _at_least(self, "analyzer", {"loss_min_lost": 0, "latency_min_seconds": 0,
+                                     "tail_floor": 0, "tail_margin": 0,
+                                     "latency_min_shift_us": 0, "latency_rel_shift": 0,
+                                     "slow_reference_blocks": 0, "drift_min_shift": 0,
+                                     "incidents_kept": 0})
+        if self.tail_floor >= 1:
+            raise InputError(f"analyzer.tail_floor: must be below 1, got {self.tail_floor}")
+        if self.lof_neighbors > self.lof_history_windows:
+            raise InputError(f"analyzer.lof_neighbors: {self.lof_neighbors} is more than the "
+                             f"{self.lof_history_windows} lof_history_windows it is drawn from")
+        _port(self, "analyzer", ("metrics_port",))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,18 @@ def test_defaults_and_overrides(tmp_path):
     ("[agent]\nbusy_poll_us = -5\n", "agent.busy_poll_us: -5 is negative"),
     ("[agent]\nflows = 0\n", "agent.flows: 0 is not 1..64"),
     ("[agent]\ntunnel_port = 70000\n", "agent.tunnel_port: 70000 is no UDP port"),
+    ("[agent]\nprobe_port = 65536\n", "agent.probe_port: 65536 is no port"),
+    ("[controller]\nwindow_seconds = 0\n", "controller.window_seconds: must be positive, got 0"),
+    ("[controller]\nheartbeat_timeout_s = nan\n", "controller.heartbeat_timeout_s: must be positive"),
+    ("[controller]\nreinfer_seconds = -1\n", "controller.reinfer_seconds: must be at least 0"),
+    ("[controller]\nmetrics_port = -1\n", "controller.metrics_port: -1 is no port"),
+    ("[analyzer]\nloss_alpha = 0\n", "analyzer.loss_alpha: must be in (0, 1], got 0"),
+    ("[analyzer]\ndrift_fdr = 1.5\n", "analyzer.drift_fdr: must be in (0, 1], got 1.5"),
+    ("[analyzer]\nclose_windows = 0\n", "analyzer.close_windows: must be positive, got 0"),
+    ("[analyzer]\nhistory_seconds = -900.0\n", "analyzer.history_seconds: must be positive"),
+    ("[analyzer]\nlatency_min_shift_us = -1.0\n", "analyzer.latency_min_shift_us: must be at least 0"),
+    ("[analyzer]\ntail_floor = 1.0\n", "analyzer.tail_floor: must be below 1"),
+    ("[analyzer]\nlof_neighbors = 11\n", "analyzer.lof_neighbors: 11 is more than the 10"),
 ])
 def test_bad_config_is_one_clear_error(tmp_path, text, message):
     p = tmp_path / "c.toml"
@@ -38,5 +50,8 @@ def test_bad_reload_keeps_last_good(tmp_path):
     p.write_text("[agent]\nprobe_rate_hz = 'fast'\n")
     assert not r.reload() and "probe_rate_hz" in (r.last_error or "")
     assert r.current.agent.probe_rate_hz == 5.0
+    p.write_text("[agent]\nprobe_rate_hz = 7\n[analyzer]\nclose_windows = 0\n")
+    assert not r.reload() and "close_windows" in (r.last_error or "")
+    assert r.current.agent.probe_rate_hz == 5.0 and r.current.analyzer.close_windows == 4
     p.write_text("[agent]\nprobe_rate_hz = 20\n")
     assert r.reload() and r.current.agent.probe_rate_hz == 20.0
