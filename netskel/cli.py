@@ -6,11 +6,13 @@ import argparse
 import faulthandler
 import json
 import logging
+import math
 import os
 import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -21,6 +23,27 @@ from netskel.stopping import STOP_DEADLINE_S
 
 if TYPE_CHECKING:
     from netskel.security import Security
+
+
+def at_least(kind: type[int] | type[float], low: float, above: bool = False
+             ) -> Callable[[str], Any]:
+    """An argparse type: a finite number of `kind` at least `low` (or above
+    it): a zero window or a negative length is a usage error, not a crash
+    deep in the run."""
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"'{text}' is not {'an integer' if kind is int else 'a number'}") from None
+        if not math.isfinite(v) or (v <= low if above else v < low):
+            raise argparse.ArgumentTypeError(
+                f"must be {'above' if above else 'at least'} {low:g}, got '{text}'")
+        return v
+    return parse
+
+
+POSITIVE_S = at_least(float, 0, above=True)
 
 
 def output_file(path: str | Path) -> Path:
@@ -168,7 +191,11 @@ def cmd_agent(a: argparse.Namespace) -> int:
     agent = Agent(cfg, sec)
     agent.start()
     _warn_if_insecure(sec, "agent")
-    serve(cfg.metrics_port, a.metrics_addr, REGISTRY)  # up only once the agent is: readiness for scrapers too
+    try:  # up only once the agent is: readiness for scrapers too
+        serve(cfg.metrics_port, a.metrics_addr, REGISTRY)
+    except NetskelError:
+        agent.stop(deregister=True)
+        raise
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
     _wait_for_signal()
     agent.stop(deregister=True)  # a clean stop leaves the cluster; a crash is an incident
@@ -547,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     z = sub.add_parser("analyze", help="offline: probe records -> incidents")
     z.add_argument("--topology", required=True, help="topology JSON (contract section 1)")
     z.add_argument("--probes", required=True, help="probe records, Parquet (contract section 3)")
-    z.add_argument("--window", type=float, default=30.0,
+    z.add_argument("--window", type=POSITIVE_S, default=30.0,
                    help="statistics window, s (default %(default)s)")
     z.add_argument("-o", "--output", required=True, help="incidents JSON (contract section 5)")
     z.add_argument("--progress", action="store_true",
@@ -609,9 +636,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--job", action="append", required=True,
                    help="NAME,dp=D,tp=T,pp=P[,ep=E][,period_s=...][,a2a_share=...] "
                         "(repeatable: jobs share a cluster)")
-    s.add_argument("--seconds", type=float, default=120.0,
+    s.add_argument("--seconds", type=POSITIVE_S, default=120.0,
                    help="length of the recording, s (default %(default)s)")
-    s.add_argument("--interval", type=float, default=0.05,
+    s.add_argument("--interval", type=POSITIVE_S, default=0.05,
                    help="counter sampling interval, s (default %(default)s)")
     s.add_argument("--seed", type=int, default=0, help="random seed (default %(default)s)")
     s.add_argument("-o", "--out", required=True, help="output directory")
@@ -624,7 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--topology", help="also one certificate per container of this topology")
     t.add_argument("--host", action="append",
                    help="a DNS name or IP the servers are reached at (default localhost)")
-    t.add_argument("--days", type=int, default=30,
+    t.add_argument("--days", type=at_least(int, 1), default=30,
                    help="how long the certificates are valid (default %(default)s)")
     t.set_defaults(fn=cmd_certs)
 
@@ -649,17 +676,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --incidents or --blamed: only components of this type")
     d.add_argument("--check", action="store_true",
                    help="active check: probe the pairs now at every size, trace their routes")
-    d.add_argument("--check-seconds", type=float, default=3.0,
+    d.add_argument("--check-seconds", type=POSITIVE_S, default=3.0,
                    help="probing time of --check, s (default %(default)s)")
     d.add_argument("--history", metavar="A,B", help="one pair's recent windows instead")
     d.add_argument("--json", action="store_true", help="print JSON instead of a table")
     d.set_defaults(fn=cmd_netdiag)
 
     m = sub.add_parser("demo", help="a whole cluster on this machine: build, fault, diagnose")
-    m.add_argument("--hosts", type=int, default=4,
-                   help="hosts (network namespaces) to build (default %(default)s)")
-    m.add_argument("--rails", type=int, default=2, help="NICs per host (default %(default)s)")
-    m.add_argument("--window", type=int, default=10,
+    m.add_argument("--hosts", type=at_least(int, 4), default=4,
+                   help="hosts (network namespaces) to build, 4 or more: the faults sit "
+                        "between the first three (default %(default)s)")
+    m.add_argument("--rails", type=at_least(int, 1), default=2, help="NICs per host (default %(default)s)")
+    m.add_argument("--window", type=at_least(int, 1), default=10,
                    help="statistics window, s (default %(default)s)")
     m.add_argument("--fault", default="link-down",
                    choices=["link-down", "loss", "mtu", "queue", "rule-delete", "stale-flow"],

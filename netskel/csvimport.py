@@ -41,6 +41,8 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
+    if not p.is_file():
+        raise InputError(f"{p}: not a file")
     # utf-8-sig: a byte-order mark before the first column name is not part of it.
     with p.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)

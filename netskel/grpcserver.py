@@ -212,10 +212,14 @@ def make_server(service_names: Iterable[str], add_servicers: Callable[[grpc.aio.
     ports = []
     try:
         for addr in addresses:
-            port = (server.add_secure_port(addr, credentials) if credentials is not None
-                    else server.add_insecure_port(addr))
+            try:
+                port = (server.add_secure_port(addr, credentials) if credentials is not None
+                        else server.add_insecure_port(addr))
+            except RuntimeError:  # grpc's "Failed to bind": in use, or no such address here
+                port = 0
             if port == 0 and not addr.startswith("unix:"):
-                raise OSError(f"cannot listen on {addr}")
+                raise InputError(f"listen '{addr}': cannot listen there (the port is in use, "
+                                 "or the address is not this machine's)")
             ports.append(port)
         srv.run(server.start())
     except BaseException:

@@ -17,6 +17,8 @@ from prometheus_client import (
     start_http_server,
 )
 
+from netskel.errors import InputError
+
 
 def process_registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
@@ -29,4 +31,7 @@ def process_registry() -> CollectorRegistry:
 def serve(port: int, addr: str, registry: CollectorRegistry) -> None:
     """/metrics of `registry` on addr:port (0: not served)."""
     if port:
-        start_http_server(port, addr=addr, registry=registry)
+        try:
+            start_http_server(port, addr=addr, registry=registry)
+        except OSError as e:
+            raise InputError(f"metrics port {addr}:{port}: {e.strerror or e}") from None

@@ -49,6 +49,15 @@ class JobShape:
     a2a_share: float = 0.5  # MoE all-to-all bytes per microbatch and direction / activation
     periodic: bool = True   # False: bring-up/debug traffic with no iteration
 
+    def __post_init__(self) -> None:
+        for n in ("dp", "tp", "pp", "ep", "nics_per_host", "microbatches"):
+            if getattr(self, n) < 1:
+                raise ValueError(f"{n} must be at least 1, got {getattr(self, n)}")
+        if self.dp % self.ep:
+            raise ValueError(f"ep {self.ep} must divide dp {self.dp} (expert groups of replicas)")
+        if not self.period_s > 0 or not self.a2a_share >= 0:
+            raise ValueError("period_s must be positive and a2a_share not negative")
+
 
 @dataclass(frozen=True)
 class Noise:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from netskel.errors import InputError
 from probe_agent import metrics, wire
 
 log = logging.getLogger(__name__)
@@ -240,8 +241,14 @@ class Responder:
         self.limit = limit or SourceLimit()
         # Receive stamps on the socket; a send stamp is asked for per reply
         # (not for the follow-ups: their stamps would only fill the queue).
-        opened = [_open(ip, port, tx=False, busy_poll_us=busy_poll_us, dscp=dscp)
-                  for ip in addresses]
+        opened: list[tuple[socket.socket, bool]] = []
+        for ip in addresses:
+            try:
+                opened.append(_open(ip, port, tx=False, busy_poll_us=busy_poll_us, dscp=dscp))
+            except OSError as e:  # the port taken, or an endpoint address not on this host
+                for sock, _ in opened:
+                    sock.close()
+                raise InputError(f"probe port {ip}:{port}: {e.strerror or e}") from None
         self.sockets = [sock for sock, _ in opened]
         # Kernel stamps on every socket: else replies only, no follow-ups.
         self.stamped = all(stamped for _, stamped in opened)

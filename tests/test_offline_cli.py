@@ -360,3 +360,78 @@ def test_an_output_that_cannot_be_written_is_one_line_before_the_work(
         assert len(err) == 1 and err[0].startswith(f"netskel: error: {out}"), (cmd, err)
     assert (tmp_path / "a-file").read_text() == "kept\n"
     assert not (tmp_path / "nowhere").exists() and not any((tmp_path / "a-dir").iterdir())
+
+
+@pytest.mark.parametrize("args, says", [
+    (["analyze", "--topology", "t", "--probes", "p", "-o", "o", "--window", "0"],
+     "argument --window: must be above 0, got '0'"),
+    (["analyze", "--topology", "t", "--probes", "p", "-o", "o", "--window", "nan"],
+     "argument --window: must be above 0, got 'nan'"),
+    (["simulate", "--job", "j,dp=2,tp=8,pp=1", "--interval", "0", "-o", "o"],
+     "argument --interval: must be above 0"),
+    (["simulate", "--job", "j,dp=2,tp=8,pp=1", "--seconds", "-1", "-o", "o"],
+     "argument --seconds: must be above 0"),
+    (["certs", "--out", "o", "--days", "0"], "argument --days: must be at least 1, got '0'"),
+    (["demo", "--hosts", "2"], "argument --hosts: must be at least 4, got '2'"),
+    (["netdiag", "--pair", "a,b", "--check-seconds", "x"], "argument --check-seconds: 'x' is not a number"),
+])
+def test_a_number_that_cannot_work_is_a_usage_error(tmp_path, monkeypatch, capsys, args, says):
+    """A zero window or a negative length used to surface as a numpy
+    traceback (or a 36 GiB allocation) deep in the run."""
+    monkeypatch.chdir(tmp_path)  # the relative outputs, were one written
+    with pytest.raises(SystemExit) as stop:
+        main(args)
+    assert stop.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("job, says", [
+    ("j,dp=0,tp=8,pp=1", "dp must be at least 1, got 0"),
+    ("j,dp=4,tp=8,pp=1,ep=3", "ep 3 must divide dp 4"),
+    ("j,dp=2,tp=8,pp=2,nics_per_host=0", "nics_per_host must be at least 1"),
+    ("j,dp=2,tp=8,pp=2,period_s=0", "period_s must be positive"),
+])
+def test_a_simulated_job_that_cannot_exist_is_one_line(tmp_path, capsys, job, says):
+    assert main(["simulate", "--job", job, "--seconds", "5", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[-1] and not (tmp_path / "o").exists()
+
+
+def _run_briefly(args: list[str]) -> tuple[int, list[str]]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "netskel.cli", *args], capture_output=True,
+                         text=True, timeout=60)
+    # gRPC's core logs its own bind failure ("E1206 ... add_port.cc"); ours is the last line.
+    return out.returncode, [x for x in out.stderr.strip().splitlines() if "add_port.cc" not in x]
+
+
+def test_a_port_already_taken_stops_each_role_in_one_line(topo_file, topo_doc):
+    """Another process on the gRPC port, the metrics port or the probe port:
+    the role stops at once with one line naming it (it was a traceback)."""
+    import socket
+
+    with socket.socket() as tcp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen()
+        udp.bind(("127.0.0.1", 0))
+        taken, taken_udp = tcp.getsockname()[1], udp.getsockname()[1]
+        base = ["--topology", str(topo_file), "--insecure"]
+        cases = [
+            (["controller", *base, "--db", ":memory:", "--listen", f"127.0.0.1:{taken}"],
+             f"listen '127.0.0.1:{taken}': cannot listen there"),
+            (["analyzer", *base, "--listen", f"127.0.0.1:{taken}"],
+             f"listen '127.0.0.1:{taken}': cannot listen there"),
+            (["controller", *base, "--db", ":memory:", "--listen", "127.0.0.1:0",
+              "--metrics-port", str(taken), "--metrics-addr", "127.0.0.1"],
+             f"metrics port 127.0.0.1:{taken}: Address already in use")]
+        c = topo_doc["containers"][0]
+        e = c["endpoints"][0]
+        cases.append((["agent", "--insecure", "--container", c["id"], "--host", c["host"],
+                       "--endpoint", f"{e['id']},{e['nic']},127.0.0.1", "--probe-port",
+                       str(taken_udp), "--controller", "127.0.0.1:1"],
+                      f"probe port 127.0.0.1:{taken_udp}: Address already in use"))
+        for args, says in cases:
+            rc, err = _run_briefly(args)
+            assert rc == 2 and len(err) == 1 and says in err[0], (args[0], err)
