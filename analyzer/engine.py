@@ -121,6 +121,12 @@ class Analyzer:
         self._store: IncidentStore | None = None
         self.processed_until = 0.0
 
+    def reconfigure(self, cfg: AnalyzerConfig) -> None:
+        """Thresholds from a reloaded file (`netskel.config.take_live` keeps
+        what sizes state as it was): the next window is judged by them."""
+        self.cfg = self.detector.cfg = self.routes.cfg = cfg
+        self._seen.settle = cfg.close_windows
+
     # -- input ----------------------------------------------------------------
     def add_windows(self, windows: Iterable[WindowStats]) -> list[str]:
         """Queue windows for analysis; return the reasons of those rejected."""

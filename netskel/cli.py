@@ -21,6 +21,8 @@ from netskel.heap import retain_freed_memory
 from netskel.progress import Progress
 from netskel.stopping import STOP_DEADLINE_S
 
+log = logging.getLogger("netskel.cli")
+
 if TYPE_CHECKING:
     from netskel.security import Security
 
@@ -118,7 +120,8 @@ def _dump(v: Any, f: IO[str], pad: str) -> None:
 SIGNAL_POLL_S = 0.5  # how late a signal taken by another thread may be seen
 
 
-def _wait_for_signal(deadline_s: float = STOP_DEADLINE_S) -> None:
+def _wait_for_signal(on_reload: Callable[[], None] | None = None,
+                     deadline_s: float = STOP_DEADLINE_S) -> None:
     """Returns on SIGINT or SIGTERM. The wait wakes every SIGNAL_POLL_S: the
     kernel may hand the signal to any thread (gRPC runs a dozen), and then
     only the C-level handler runs there; Python's handler waits for the main
@@ -127,13 +130,59 @@ def _wait_for_signal(deadline_s: float = STOP_DEADLINE_S) -> None:
     The stop that follows is bounded: a grpc.aio server can hang in stop()
     while RPCs are in flight (grpc/grpc#40834), and threads blocked in a
     domain call are joined at exit. Past the deadline every thread's stack
-    goes to stderr and the process exits 1."""
-    done = threading.Event()
+    goes to stderr and the process exits 1.
+    SIGHUP calls `on_reload` here, in the main thread (none: SIGHUP stops
+    the process, as it always would)."""
+    done, hup = threading.Event(), threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
+    if on_reload is not None:
+        signal.signal(signal.SIGHUP, lambda *_: hup.set())
     while not done.wait(SIGNAL_POLL_S):
-        pass
+        if hup.is_set():
+            hup.clear()
+            assert on_reload is not None
+            on_reload()
     faulthandler.dump_traceback_later(deadline_s, exit=True)
+
+
+def _tuple(values: list[Any] | None) -> tuple[Any, ...] | None:
+    """A repeatable flag's values, None when it was not given."""
+    return tuple(values) if values else None
+
+
+def _configured(a: argparse.Namespace, role: str, flags: dict[str, Any]) -> Any:
+    """The role's settings: --config's table, then the flags given."""
+    from netskel.config import Config, load_config, role_config
+
+    cfg = role_config(load_config(a.config) if a.config else Config(), role, flags)
+    if role != "agent" and not cfg.topology:
+        raise InputError(f"{role}: no topology: give --topology or `topology` in [{role}] of "
+                         "--config")
+    return cfg
+
+
+def _reloader(a: argparse.Namespace, role: str, flags: dict[str, Any],
+              running: Callable[[], Any], take: Callable[[Any], None]
+              ) -> Callable[[], None] | None:
+    """What SIGHUP does with --config: read it again, hand the role what it
+    takes live, log what waits for a restart; a file that no longer reads
+    is logged, and the running settings stay (the last good config)."""
+    if not a.config:
+        return None
+
+    def reload() -> None:
+        from netskel.config import take_live
+
+        try:
+            now, later = take_live(running(), _configured(a, role, flags), role)
+        except NetskelError as e:
+            log.error("%s: %s not reloaded, the running settings stay: %s", role, a.config, e)
+            return
+        take(now)
+        log.warning("%s: %s reloaded%s", role, a.config,
+                    f"; a restart applies {', '.join(later)}" if later else "")
+    return reload
 
 
 def _env_list(name: str) -> tuple[str, ...]:
@@ -147,17 +196,17 @@ def cmd_controller(a: argparse.Namespace) -> int:
     from netskel.config import ControllerConfig
     from netskel.metrics import serve
 
-    cfg = ControllerConfig(topology=a.topology, listen=tuple(a.listen), db=a.db,
-                           heartbeat_interval_ms=a.heartbeat_ms,
-                           heartbeat_timeout_s=a.heartbeat_timeout,
-                           window_seconds=a.window, metrics_port=a.metrics_port,
-                           switch_addresses=a.switch_addresses or "")
+    flags = {"topology": a.topology, "listen": _tuple(a.listen), "db": a.db,
+             "heartbeat_interval_ms": a.heartbeat_ms, "heartbeat_timeout_s": a.heartbeat_timeout,
+             "window_seconds": a.window, "metrics_port": a.metrics_port,
+             "switch_addresses": a.switch_addresses}
+    cfg: ControllerConfig = _configured(a, "controller", flags)
     sec = _security(a, "controller")
     serve(cfg.metrics_port, a.metrics_addr, REGISTRY)
     running = start_controller(cfg, sec)
     _warn_if_insecure(sec, "controller")
     print(f"controller listening on {running.ports}", flush=True)
-    _wait_for_signal()
+    _wait_for_signal(_reloader(a, "controller", flags, lambda: cfg, lambda _new: None))
     running.stop()
     return 0
 
@@ -168,25 +217,25 @@ def cmd_agent(a: argparse.Namespace) -> int:
     from probe_agent.agent import Agent
     from probe_agent.metrics import REGISTRY
 
-    env = os.environ.get
-    endpoints = tuple(a.endpoint or ()) or _env_list("NETSKEL_ENDPOINTS")
-    cfg = AgentConfig(controller=a.controller or env("NETSKEL_CONTROLLER", "127.0.0.1:7000"),
-                      container=a.container or env("NETSKEL_CONTAINER", ""),
-                      job=a.job or env("NETSKEL_JOB", ""), host=a.host or env("NETSKEL_HOST", ""),
-                      endpoints=endpoints, probe_port=a.probe_port, probe_rate_hz=a.rate,
-                      counter_hz=a.counter_hz, busy_poll_us=a.busy_poll_us, dscp=a.dscp,
-                      hw_timestamps=a.hw_timestamps,
-                      metrics_port=a.metrics_port,
-                      vswitch=a.vswitch or env("NETSKEL_VSWITCH", ""),
-                      vswitch_tunnel_ports=tuple(a.vswitch_tunnel_port or ()), vswitch_vni=a.vswitch_vni,
-                      vswitch_interval_s=a.vswitch_interval, vswitch_refresh_s=a.vswitch_refresh,
-                      vswitch_db=a.vswitch_db or env("NETSKEL_VSWITCH_DB", ""),
-                      vswitch_datapath=a.vswitch_datapath or env("NETSKEL_VSWITCH_DATAPATH", ""),
-                      vswitch_datapath_type=a.vswitch_datapath_type,
-                      underlay_netns=a.underlay_netns or env("NETSKEL_UNDERLAY_NETNS", ""),
-                      trace_interval_s=a.trace_interval, flows=a.flows,
-                      tunnel_port=a.tunnel_port,
-                      rdma=a.rdma or env("NETSKEL_RDMA", "auto"))
+    def env(name: str) -> str | None:  # a sidecar's environment, where no flag says
+        return os.environ.get(name) or None
+
+    flags = {"controller": a.controller or env("NETSKEL_CONTROLLER"),
+             "container": a.container or env("NETSKEL_CONTAINER"),
+             "job": a.job or env("NETSKEL_JOB"), "host": a.host or env("NETSKEL_HOST"),
+             "endpoints": _tuple(a.endpoint) or _env_list("NETSKEL_ENDPOINTS") or None,
+             "probe_port": a.probe_port, "probe_rate_hz": a.rate, "counter_hz": a.counter_hz,
+             "busy_poll_us": a.busy_poll_us, "dscp": a.dscp, "hw_timestamps": a.hw_timestamps,
+             "metrics_port": a.metrics_port, "vswitch": a.vswitch or env("NETSKEL_VSWITCH"),
+             "vswitch_tunnel_ports": _tuple(a.vswitch_tunnel_port), "vswitch_vni": a.vswitch_vni,
+             "vswitch_interval_s": a.vswitch_interval, "vswitch_refresh_s": a.vswitch_refresh,
+             "vswitch_db": a.vswitch_db or env("NETSKEL_VSWITCH_DB"),
+             "vswitch_datapath": a.vswitch_datapath or env("NETSKEL_VSWITCH_DATAPATH"),
+             "vswitch_datapath_type": a.vswitch_datapath_type,
+             "underlay_netns": a.underlay_netns or env("NETSKEL_UNDERLAY_NETNS"),
+             "trace_interval_s": a.trace_interval, "flows": a.flows, "tunnel_port": a.tunnel_port,
+             "rdma": a.rdma or env("NETSKEL_RDMA")}
+    cfg: AgentConfig = _configured(a, "agent", flags)
     sec = _security(a, "agent")
     agent = Agent(cfg, sec)
     agent.start()
@@ -197,7 +246,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
         agent.stop(deregister=True)
         raise
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
-    _wait_for_signal()
+    _wait_for_signal(_reloader(a, "agent", flags, lambda: cfg, lambda _new: None))
     agent.stop(deregister=True)  # a clean stop leaves the cluster; a crash is an incident
     return 0
 
@@ -208,8 +257,9 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
     from netskel.config import AnalyzerConfig
     from netskel.metrics import serve
 
-    cfg = AnalyzerConfig(topology=a.topology, controller=a.controller, listen=tuple(a.listen),
-                         metrics_port=a.metrics_port, web_listen=a.web, db=a.db or "")
+    flags = {"topology": a.topology, "controller": a.controller, "listen": _tuple(a.listen),
+             "metrics_port": a.metrics_port, "web_listen": a.web, "db": a.db}
+    cfg: AnalyzerConfig = _configured(a, "analyzer", flags)
     sec = _security(a, "analyzer")
     serve(cfg.metrics_port, a.metrics_addr, REGISTRY)
     running = start_analyzer(cfg, sec=sec)
@@ -218,7 +268,12 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
     if running.web is not None:
         print(f"web page on http://{cfg.web_listen.rpartition(':')[0] or '127.0.0.1'}:"
               f"{running.web.port}/", flush=True)
-    _wait_for_signal()
+
+    def take(new: AnalyzerConfig) -> None:
+        with running.lock:
+            running.engine.reconfigure(new)
+
+    _wait_for_signal(_reloader(a, "analyzer", flags, lambda: running.engine.cfg, take))
     running.stop()
     return 0
 
@@ -462,9 +517,17 @@ def _tls_flags(p: argparse.ArgumentParser) -> None:
                    help="plaintext gRPC, no identities (testbed only; logged)")
 
 
+def _config_flag(p: argparse.ArgumentParser, role: str) -> None:
+    p.add_argument("--config", metavar="TOML",
+                   help=f"settings file: its [{role}] table (netskel/config.py documents every "
+                        "key); flags given here win. SIGHUP reads it again: the analyzer takes "
+                        "its thresholds live, the rest waits for a restart (logged); a bad file "
+                        "is logged and the running settings stay")
+
+
 def _metrics_flags(p: argparse.ArgumentParser) -> None:
     """Every role serves its own /metrics (controller, agent, analyzer)."""
-    p.add_argument("--metrics-port", type=int, default=0,
+    p.add_argument("--metrics-port", type=int,
                    help="Prometheus /metrics port (default 0: off)")
     p.add_argument("--metrics-addr", default="0.0.0.0",
                    help="address /metrics listens on (default all)")
@@ -476,25 +539,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("controller", help="serve agents: registrations, ping lists, reports")
-    c.add_argument("--topology", required=True, help="topology JSON (contract section 1)")
+    _config_flag(c, "controller")
+    c.add_argument("--topology", help="topology JSON (contract section 1; required here or in "
+                   "the config file)")
     c.add_argument("--listen", action="append", default=None,
                    help="gRPC address (repeatable; unix:PATH allowed; default 127.0.0.1:7000)")
-    c.add_argument("--db", default="netskel-controller.sqlite",
-                   help="SQLite file keeping registrations and ping lists across restarts; "
-                        ":memory: keeps nothing (default %(default)s)")
-    c.add_argument("--heartbeat-ms", type=int, default=1000,
-                   help="how often agents say they are alive, ms (default %(default)s)")
-    c.add_argument("--heartbeat-timeout", type=float, default=10.0,
-                   help="silence after which an agent counts as gone, s (default %(default)s)")
-    c.add_argument("--window", type=int, default=30,
-                   help="statistics window the agents report, s (default %(default)s)")
+    c.add_argument("--db", help="SQLite file keeping registrations and ping lists across "
+                   "restarts; :memory: keeps nothing (default netskel-controller.sqlite)")
+    c.add_argument("--heartbeat-ms", type=int,
+                   help="how often agents say they are alive, ms (default 1000)")
+    c.add_argument("--heartbeat-timeout", type=float,
+                   help="silence after which an agent counts as gone, s (default 10)")
+    c.add_argument("--window", type=int,
+                   help="statistics window the agents report, s (default 30)")
     _metrics_flags(c)
     _tls_flags(c)
     c.add_argument("--switch-addresses", help="JSON file: router interface address -> switch "
                    "id, to name the hops of agents' route traces")
-    c.set_defaults(fn=cmd_controller, listen_default=["127.0.0.1:7000"])
+    c.set_defaults(fn=cmd_controller)
 
     g = sub.add_parser("agent", help="the probing sidecar (flags or NETSKEL_* environment)")
+    _config_flag(g, "agent")
     g.add_argument("--controller", help="controller's gRPC address (env NETSKEL_CONTROLLER; "
                    "default 127.0.0.1:7000)")
     _tls_flags(g)
@@ -505,18 +570,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--endpoint", action="append",
                    help="ID,NIC,IP[,IFNAME] (repeatable; at least one; env NETSKEL_ENDPOINTS, "
                         "entries separated by ';')")
-    g.add_argument("--probe-port", type=int, default=7100,
-                   help="UDP port the responder answers probes on (default %(default)s)")
-    g.add_argument("--rate", type=float, default=10.0,
-                   help="probes per second per target (default %(default)s)")
-    g.add_argument("--counter-hz", type=float, default=10.0,
-                   help="NIC counter samples per second (default %(default)s)")
-    g.add_argument("--busy-poll-us", type=int, default=0,
+    g.add_argument("--probe-port", type=int,
+                   help="UDP port the responder answers probes on (default 7100)")
+    g.add_argument("--rate", type=float,
+                   help="probes per second per target (default 10)")
+    g.add_argument("--counter-hz", type=float,
+                   help="NIC counter samples per second (default 10)")
+    g.add_argument("--busy-poll-us", type=int,
                    help="SO_BUSY_POLL on the probe sockets, microseconds (default 0: off)")
-    g.add_argument("--dscp", type=int, default=0,
+    g.add_argument("--dscp", type=int,
                    help="DSCP of probes and replies (0-63): the class the job's RDMA traffic "
                         "runs in (often 26), so probes share its queues (default 0: best effort)")
-    g.add_argument("--hw-timestamps", action="store_true",
+    g.add_argument("--hw-timestamps", action="store_true", default=None,
                    help="turn on the NIC's hardware stamping where offered and off (device-wide, "
                         "needs NET_ADMIN); without it the agent only reports what it finds")
     _metrics_flags(g)
@@ -524,18 +589,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "overlay localization), e.g. unix:/run/openvswitch/br0.mgmt")
     g.add_argument("--vswitch-tunnel-port", type=int, action="append",
                    help="OpenFlow port that is a tunnel (repeatable)")
-    g.add_argument("--vswitch-vni", type=int, default=0, help="VNI of the tunnel ports (default %(default)s)")
-    g.add_argument("--vswitch-interval", type=float, default=10.0,
-                   help="seconds between dumps (default %(default)s)")
-    g.add_argument("--vswitch-refresh", type=float, default=60.0,
+    g.add_argument("--vswitch-vni", type=int, help="VNI of the tunnel ports (default 0)")
+    g.add_argument("--vswitch-interval", type=float,
+                   help="seconds between dumps (default 10)")
+    g.add_argument("--vswitch-refresh", type=float,
                    help="seconds after which an unchanged table is sent again (else only "
-                        "changes; default %(default)s)")
+                        "changes; default 60)")
     g.add_argument("--vswitch-db", help="the switch's ovsdb (ovs-vsctl --db), e.g. "
                    "unix:/run/openvswitch/db.sock: which ports are tunnels and to where")
     g.add_argument("--vswitch-datapath", help="ovs-appctl target of the switch's daemon (e.g. "
                    "ovs-vswitchd, or its .ctl socket): its datapath flows are read with each "
                    "dump, so a NIC whose offloaded flows disagree with the tables is named")
-    g.add_argument("--vswitch-datapath-type", default="offloaded",
+    g.add_argument("--vswitch-datapath-type",
                    choices=("offloaded", "ovs", "tc", "all"),
                    help="datapath flows to read: offloaded (default: the NIC's copy), ovs (the "
                         "software cache, where nothing offloads), tc, all")
@@ -544,32 +609,33 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rdma", choices=("auto", "off"), default=None,
                    help="auto (default, env NETSKEL_RDMA): probe over RDMA UD queue pairs from "
                         "endpoints whose interface has an RDMA device; off: UDP only")
-    g.add_argument("--trace-interval", type=float, default=60.0,
-                   help="seconds between route traces of each probe flow (default %(default)s)")
-    g.add_argument("--flows", type=int, default=4,
+    g.add_argument("--trace-interval", type=float,
+                   help="seconds between route traces of each probe flow (default 60)")
+    g.add_argument("--flows", type=int,
                    help="UDP source ports per endpoint: each pair's probes spread over this many "
-                        "flows (ECMP paths), each traced on its own (default %(default)s)")
-    g.add_argument("--tunnel-port", type=int, default=4789,
+                        "flows (ECMP paths), each traced on its own (default 4)")
+    g.add_argument("--tunnel-port", type=int,
                    help="UDP port of the hosts' overlay tunnel (VXLAN): route traces read the "
-                        "probe flow inside the tunnel packets routers quote (default "
-                        "%(default)s)")
+                        "probe flow inside the tunnel packets routers quote (default 4789)")
     g.set_defaults(fn=cmd_agent)
 
     n = sub.add_parser("analyzer", help="follow the report feed and serve NetDiag")
-    n.add_argument("--topology", required=True, help="topology JSON (contract section 1)")
-    n.add_argument("--controller", default="127.0.0.1:7000",
-                   help="controller whose report feed is followed (default %(default)s)")
+    _config_flag(n, "analyzer")
+    n.add_argument("--topology", help="topology JSON (contract section 1; required here or in "
+                   "the config file)")
+    n.add_argument("--controller",
+                   help="controller whose report feed is followed (default 127.0.0.1:7000)")
     n.add_argument("--listen", action="append", default=None,
                    help="NetDiag gRPC address (repeatable; unix:PATH allowed; default "
                         "127.0.0.1:7001)")
     _metrics_flags(n)
-    n.add_argument("--web", default="", metavar="HOST:PORT",
+    n.add_argument("--web", metavar="HOST:PORT",
                    help="serve the web page (incidents, fabric, charts) there (default: none)")
     n.add_argument("--db", help="SQLite file: incidents survive a restart (even SIGKILL)")
     _tls_flags(n)
     n.add_argument("--token-file", help="a bearer token NetDiag and the web page accept "
                    "instead of a client certificate")
-    n.set_defaults(fn=cmd_analyzer, listen_default=["127.0.0.1:7001"])
+    n.set_defaults(fn=cmd_analyzer)
 
     z = sub.add_parser("analyze", help="offline: probe records -> incidents")
     z.add_argument("--topology", required=True, help="topology JSON (contract section 1)")
@@ -700,8 +766,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    if getattr(a, "listen", "absent") is None:
-        a.listen = a.listen_default
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

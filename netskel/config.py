@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -268,6 +269,39 @@ def load_config(path: str | Path) -> Config:
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{p}: malformed TOML: {e}") from None
     return _build(Config, raw, str(p))
+
+
+def role_config(config: Config, role: str, flags: Mapping[str, Any]) -> Any:
+    """One role's config: its table of the file (defaults where the file is
+    silent), then the command line's flags (None: not given), which win:
+    a flag is the most specific thing a person wrote."""
+    base = getattr(config, role)
+    return dataclasses.replace(base, **{k: v for k, v in flags.items() if v is not None})
+
+
+# What a running role takes from a reloaded file (SIGHUP): the analyzer's
+# thresholds, read at every window. The rest size state or open sockets
+# (addresses, files, the LOF ring, the long-term period): a restart applies
+# them. The controller's and agent's settings are all of that kind.
+RESTART_ONLY = {
+    "controller": frozenset(f.name for f in dataclasses.fields(ControllerConfig)),
+    "agent": frozenset(f.name for f in dataclasses.fields(AgentConfig)),
+    "analyzer": frozenset({"topology", "controller", "listen", "web_listen", "metrics_port", "db",
+                           "lof_history_windows", "slow_reference_blocks", "drift_period_s"}),
+}
+
+
+def take_live(running: T, new: T, role: str) -> tuple[T, list[str]]:
+    """`running` with `new`'s values where the role takes them live, and
+    the names of the fields that changed but wait for a restart. InputError
+    when the mixture is invalid (a live value that needs a restart-only one
+    beside it)."""
+    changed = [f.name for f in dataclasses.fields(running)  # type: ignore[arg-type]
+               if getattr(running, f.name) != getattr(new, f.name)]
+    later = RESTART_ONLY[role]
+    now = dataclasses.replace(running, **{n: getattr(new, n)  # type: ignore[type-var]
+                                          for n in changed if n not in later})
+    return now, [n for n in changed if n in later]
 
 
 class Reloadable:

@@ -55,3 +55,39 @@ def test_bad_reload_keeps_last_good(tmp_path):
     assert r.current.agent.probe_rate_hz == 5.0 and r.current.analyzer.close_windows == 4
     p.write_text("[agent]\nprobe_rate_hz = 20\n")
     assert r.reload() and r.current.agent.probe_rate_hz == 20.0
+
+
+def test_a_flag_wins_over_the_file_and_the_file_over_the_default(tmp_path):
+    from netskel.config import role_config
+
+    p = tmp_path / "c.toml"
+    p.write_text('[analyzer]\ntopology = "file.json"\nloss_alpha = 0.05\npersist_windows = 2\n')
+    cfg = role_config(load_config(p), "analyzer", {"topology": "flag.json", "db": None,
+                                                   "persist_windows": 3})
+    assert (cfg.topology, cfg.loss_alpha, cfg.persist_windows, cfg.db) == ("flag.json", 0.05, 3, "")
+    with pytest.raises(InputError, match="analyzer.persist_windows: must be positive"):
+        role_config(load_config(p), "analyzer", {"persist_windows": 0})
+
+
+def test_a_reload_takes_thresholds_live_and_leaves_the_rest_for_a_restart():
+    from netskel.config import AgentConfig, AnalyzerConfig, take_live
+
+    running = AnalyzerConfig(topology="t.json", listen=("127.0.0.1:7001",))
+    new = AnalyzerConfig(topology="other.json", listen=("127.0.0.1:7001",), loss_alpha=0.05,
+                         lof_history_windows=12)
+    now, later = take_live(running, new, "analyzer")
+    assert (now.loss_alpha, now.topology, now.lof_history_windows) == (0.05, "t.json", 10)
+    assert later == ["topology", "lof_history_windows"]
+    assert take_live(now, now, "analyzer") == (now, [])
+    # A live value that only fits beside a restart-only one is refused whole.
+    with pytest.raises(InputError, match="lof_neighbors"):
+        take_live(running, AnalyzerConfig(lof_neighbors=12, lof_history_windows=12), "analyzer")
+    agent, later = take_live(AgentConfig(), AgentConfig(probe_rate_hz=20.0), "agent")
+    assert agent == AgentConfig() and later == ["probe_rate_hz"]
+
+
+def test_the_example_settings_file_reads():
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).resolve().parent.parent / "examples" / "analyzer.toml")
+    assert cfg.analyzer.web_listen == "127.0.0.1:8080" and cfg.analyzer.close_windows == 4

@@ -1314,3 +1314,21 @@ def test_a_window_naming_the_far_tor_of_a_links_twin_keeps_its_run(engine, twins
                                  engine._open, engine._streak, engine._persist)
     got = [(i.component, i.start) for i in engine.list_incidents()]
     assert got == ([(link, T0)] if twins_seen else [])
+
+
+def test_a_reloaded_threshold_judges_the_next_window():
+    """`reconfigure` (SIGHUP with --config) takes effect at once: two
+    engines see the same history and the same lossy window; only the one
+    whose reload asks for two lossy windows in a row waits, and it keeps
+    its history (no restart, no new baseline): the second opens it."""
+    topo = parse_topology(layout_doc(LAY))
+    kept, raised = Analyzer(topo, AnalyzerConfig()), Analyzer(topo, AnalyzerConfig())
+    for eng in (kept, raised):
+        for k in range(6):
+            assert feed(eng, k) == []
+    raised.reconfigure(dataclasses.replace(raised.cfg, persist_windows=2))
+    opened = feed(kept, 6, bad=of_endpoint(0), lost=150)
+    assert [i.symptom for i in opened] == ["loss"]
+    assert feed(raised, 6, bad=of_endpoint(0), lost=150) == []
+    (late,) = feed(raised, 7, bad=of_endpoint(0), lost=150)
+    assert (late.component, late.start) == (opened[0].component, opened[0].start)
