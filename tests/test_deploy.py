@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from netskel.config import load_config
+
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "k8s"
 
@@ -43,7 +45,8 @@ def _tls_args(args: list[str]) -> bool:
         "--insecure" not in args
 
 
-def test_services_are_probed_and_speak_tls_and_agent_sidecar_has_what_it_needs():
+def test_services_are_probed_and_speak_tls_and_agent_sidecar_has_what_it_needs(
+        tmp_path_factory):
     for name, port in (("controller", 7000), ("analyzer", 7001)):
         (c,) = _containers(render(name))
         assert c["livenessProbe"]["tcpSocket"]["port"] == port
@@ -52,6 +55,18 @@ def test_services_are_probed_and_speak_tls_and_agent_sidecar_has_what_it_needs()
         assert _tls_args(c["args"])
         mounts = {m["mountPath"] for m in c["volumeMounts"]}
         assert "/etc/netskel/tls" in mounts
+    # The analyzer's settings file is mounted where its --config says, and reads.
+    docs = render("analyzer")
+    (c,) = _containers(docs)
+    path = Path(c["args"][c["args"].index("--config") + 1])
+    (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == str(path.parent)]
+    (vol,) = [v for d in docs if d["kind"] == "Deployment"
+              for v in d["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"
+             and d["metadata"]["name"] == vol["configMap"]["name"]]
+    settings = tmp_path_factory.mktemp("settings") / path.name
+    settings.write_text(cm["data"][path.name])
+    assert load_config(settings).analyzer.close_windows == 4
     agent = next(c for c in _containers(render("agent-sidecar")) if c["name"] == "netskel-agent")
     caps = agent["securityContext"]["capabilities"]
     assert caps["add"] == ["NET_RAW", "IPC_LOCK"] and caps["drop"] == ["ALL"]
