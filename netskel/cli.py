@@ -534,6 +534,11 @@ def _metrics_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The roles' defaults live in their dataclasses; the help reads them there.
+    from netskel.config import AgentConfig as Ag
+    from netskel.config import AnalyzerConfig as An
+    from netskel.config import ControllerConfig as Co
+
     p = argparse.ArgumentParser(prog="netskel", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO (default: warnings)")
     sub = p.add_subparsers(dest="command", required=True)
@@ -543,15 +548,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--topology", help="topology JSON (contract section 1; required here or in "
                    "the config file)")
     c.add_argument("--listen", action="append", default=None,
-                   help="gRPC address (repeatable; unix:PATH allowed; default 127.0.0.1:7000)")
+                   help=f"gRPC address (repeatable; unix:PATH allowed; default {Co.listen[0]})")
     c.add_argument("--db", help="SQLite file keeping registrations and ping lists across "
-                   "restarts; :memory: keeps nothing (default netskel-controller.sqlite)")
+                   f"restarts; :memory: keeps nothing (default {Co.db})")
     c.add_argument("--heartbeat-ms", type=int,
-                   help="how often agents say they are alive, ms (default 1000)")
+                   help=f"how often agents say they are alive, ms (default {Co.heartbeat_interval_ms})")
     c.add_argument("--heartbeat-timeout", type=float,
-                   help="silence after which an agent counts as gone, s (default 10)")
+                   help="silence after which an agent counts as gone, s (default "
+                        f"{Co.heartbeat_timeout_s:g})")
     c.add_argument("--window", type=int,
-                   help="statistics window the agents report, s (default 30)")
+                   help=f"statistics window the agents report, s (default {Co.window_seconds})")
     _metrics_flags(c)
     _tls_flags(c)
     c.add_argument("--switch-addresses", help="JSON file: router interface address -> switch "
@@ -561,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("agent", help="the probing sidecar (flags or NETSKEL_* environment)")
     _config_flag(g, "agent")
     g.add_argument("--controller", help="controller's gRPC address (env NETSKEL_CONTROLLER; "
-                   "default 127.0.0.1:7000)")
+                   f"default {Ag.controller})")
     _tls_flags(g)
     g.add_argument("--container", help="this container's id in the topology "
                    "(env NETSKEL_CONTAINER)")
@@ -571,11 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ID,NIC,IP[,IFNAME] (repeatable; at least one; env NETSKEL_ENDPOINTS, "
                         "entries separated by ';')")
     g.add_argument("--probe-port", type=int,
-                   help="UDP port the responder answers probes on (default 7100)")
+                   help=f"UDP port the responder answers probes on (default {Ag.probe_port})")
     g.add_argument("--rate", type=float,
-                   help="probes per second per target (default 10)")
+                   help=f"probes per second per target (default {Ag.probe_rate_hz:g})")
     g.add_argument("--counter-hz", type=float,
-                   help="NIC counter samples per second (default 10)")
+                   help=f"NIC counter samples per second (default {Ag.counter_hz:g})")
     g.add_argument("--busy-poll-us", type=int,
                    help="SO_BUSY_POLL on the probe sockets, microseconds (default 0: off)")
     g.add_argument("--dscp", type=int,
@@ -589,12 +595,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "overlay localization), e.g. unix:/run/openvswitch/br0.mgmt")
     g.add_argument("--vswitch-tunnel-port", type=int, action="append",
                    help="OpenFlow port that is a tunnel (repeatable)")
-    g.add_argument("--vswitch-vni", type=int, help="VNI of the tunnel ports (default 0)")
+    g.add_argument("--vswitch-vni", type=int, help=f"VNI of the tunnel ports (default {Ag.vswitch_vni})")
     g.add_argument("--vswitch-interval", type=float,
-                   help="seconds between dumps (default 10)")
+                   help=f"seconds between dumps (default {Ag.vswitch_interval_s:g})")
     g.add_argument("--vswitch-refresh", type=float,
                    help="seconds after which an unchanged table is sent again (else only "
-                        "changes; default 60)")
+                        f"changes; default {Ag.vswitch_refresh_s:g})")
     g.add_argument("--vswitch-db", help="the switch's ovsdb (ovs-vsctl --db), e.g. "
                    "unix:/run/openvswitch/db.sock: which ports are tunnels and to where")
     g.add_argument("--vswitch-datapath", help="ovs-appctl target of the switch's daemon (e.g. "
@@ -610,13 +616,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default, env NETSKEL_RDMA): probe over RDMA UD queue pairs from "
                         "endpoints whose interface has an RDMA device; off: UDP only")
     g.add_argument("--trace-interval", type=float,
-                   help="seconds between route traces of each probe flow (default 60)")
+                   help="seconds between route traces of each probe flow (default "
+                        f"{Ag.trace_interval_s:g})")
     g.add_argument("--flows", type=int,
                    help="UDP source ports per endpoint: each pair's probes spread over this many "
-                        "flows (ECMP paths), each traced on its own (default 4)")
+                        f"flows (ECMP paths), each traced on its own (default {Ag.flows})")
     g.add_argument("--tunnel-port", type=int,
                    help="UDP port of the hosts' overlay tunnel (VXLAN): route traces read the "
-                        "probe flow inside the tunnel packets routers quote (default 4789)")
+                        f"probe flow inside the tunnel packets routers quote (default {Ag.tunnel_port})")
     g.set_defaults(fn=cmd_agent)
 
     n = sub.add_parser("analyzer", help="follow the report feed and serve NetDiag")
@@ -624,10 +631,10 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--topology", help="topology JSON (contract section 1; required here or in "
                    "the config file)")
     n.add_argument("--controller",
-                   help="controller whose report feed is followed (default 127.0.0.1:7000)")
+                   help=f"controller whose report feed is followed (default {An.controller})")
     n.add_argument("--listen", action="append", default=None,
                    help="NetDiag gRPC address (repeatable; unix:PATH allowed; default "
-                        "127.0.0.1:7001)")
+                        f"{An.listen[0]})")
     _metrics_flags(n)
     n.add_argument("--web", metavar="HOST:PORT",
                    help="serve the web page (incidents, fabric, charts) there (default: none)")
