@@ -115,6 +115,10 @@ class Agent:
             raise InputError("agent: at least one endpoint is required")
         self.window_s = float(cfg.window_seconds)
         self.stop_event = threading.Event()
+        # Set by an active check (or the stop): the switch is read now, not
+        # at the next interval, so the check's overlay trace sees its table
+        # as it is while the check probes.
+        self._vswitch_now = threading.Event()
         self.reports: queue.Queue[pb.AgentReport] = queue.Queue(maxsize=REPORT_QUEUE)
         # What each NIC stamps (and, if asked, hardware stamping turned on)
         # before the sockets ask for stamps.
@@ -298,7 +302,12 @@ class Agent:
             self.cfg.vswitch_db, self.cfg.vswitch_datapath, self.cfg.vswitch_datapath_type))
         last: tuple[object, object] | None = None  # (rules, datapath) last sent
         last_sent = 0.0
-        while not self.stop_event.wait(self.cfg.vswitch_interval_s * random.uniform(0.9, 1.1)):
+        while True:
+            asked = self._vswitch_now.wait(self.cfg.vswitch_interval_s * random.uniform(0.9, 1.1))
+            self._vswitch_now.clear()
+            if self.stop_event.is_set():
+                return
+            metrics.VSWITCH_READS.labels(why="check" if asked else "interval").inc()
             try:
                 got = reader.read()
             except Exception as e:  # any failure: the analyzer keeps the last good table
@@ -396,6 +405,7 @@ class Agent:
         """An active check beside the regular probing; its windows go back
         on the report stream, tagged with the check's id."""
         o = serde.check_order_from_pb(order)
+        self._vswitch_now.set()
         windows = check.run_check(o.targets, o.duration_s, o.rate_hz,
                                   {e.id: e.ip for e in self.endpoints}, self.sizes,
                                   self.cfg.probe_timeout_s, self.cfg.underlay_netns,
@@ -573,6 +583,7 @@ class Agent:
         outlast the process's stop deadline with the controller never told.
         Threads then share one join budget."""
         self.stop_event.set()
+        self._vswitch_now.set()
         self._stop_loop()  # first: a session that saw itself forgotten would register again
         if deregister and self.registered:
             try:

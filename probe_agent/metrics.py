@@ -21,6 +21,12 @@ from netskel.metrics import process_registry
 
 REGISTRY: CollectorRegistry = process_registry()
 
+VSWITCH_READS = Counter("netskel_agent_vswitch_reads_total",
+                        "Virtual-switch table reads, by what asked: the interval, or an active "
+                        "check (read at once, so its overlay trace sees the table of the moment)",
+                        ["why"], registry=REGISTRY)
+for _why in ("interval", "check"):
+    VSWITCH_READS.labels(why=_why)
 VSWITCH_DUMP_FAILURES = Counter("netskel_agent_vswitch_dump_failures_total",
                                 "Virtual-switch table dumps that failed (the last good one stays)",
                                 registry=REGISTRY)

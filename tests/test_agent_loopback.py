@@ -366,6 +366,65 @@ def test_an_unchanged_table_is_not_sent_again_a_changed_one_is(topo_doc, tmp_pat
     assert int((tmp_path / "calls").read_text()) >= 8  # seven reads, one send
 
 
+FAKE_OFCTL_STEADY = _OFCTL_HEAD + """
+printf 'NXST_FLOW reply (xid=0x4):\\n cookie=0x0, duration=1.0s, table=0, n_packets=0, '
+printf 'n_bytes=0, priority=100,ip,nw_dst=192.168.10.9 actions=output:1\\n'
+"""
+
+
+def test_an_active_check_reads_the_switch_at_once(topo_doc, tmp_path, sock, topo_file,
+                                                  monkeypatch):
+    """The guide's "dumps the virtual switch's flow tables on request": an
+    active check wakes the probing agent's switch reader, so the check's
+    overlay trace reads the table of the moment, not one up to an interval
+    old. Here the interval is an hour: only the check can bring a table."""
+    from netskel.api.v1 import common_pb2 as cpb
+    from probe_agent.metrics import REGISTRY
+
+    _fake_programs(tmp_path, monkeypatch, {"ovs-ofctl": FAKE_OFCTL_STEADY})
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
+                                            db=":memory:", window_seconds=1,
+                                            heartbeat_interval_ms=200))
+    channel = grpc.insecure_channel(sock)
+    stub = pb_grpc.ControllerStub(channel)
+    stream = stub.WatchReports(pb.WatchReportsRequest(), timeout=60)
+    dumps: list[str] = []
+
+    def read() -> None:
+        with contextlib.suppress(grpc.RpcError):  # the stream cancelled at the end
+            dumps.extend(ev.vswitch.host for ev in stream if ev.HasField("vswitch"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    agents = [Agent(agent_cfg(topo_doc, h, sock, vswitch="unix:/fake/br0.mgmt",
+                              vswitch_tunnel_ports=(100,), vswitch_vni=7,
+                              vswitch_interval_s=3600.0)) for h in (0, 1)]
+
+    def reads(why: str) -> float:
+        return REGISTRY.get_sample_value("netskel_agent_vswitch_reads_total", {"why": why}) or 0.0
+
+    before = reads("interval"), reads("check")
+    try:
+        reader.start()
+        for a in agents:
+            a.start()
+        e0, e1 = (topo_doc["containers"][h]["endpoints"][0]["id"] for h in (0, 1))
+        wait_for(lambda: any(t.active and {t.src, t.dst} == {e0, e1}
+                             for a in agents for t in a.targets.values()), 20,
+                 "the pair's target active")
+        assert dumps == [] and not (tmp_path / "calls").exists()
+        resp = stub.ActiveCheck(pb.ActiveCheckRequest(pairs=[cpb.EndpointPair(a=e0, b=e1)],
+                                                      duration_s=0.5), timeout=20)
+        assert list(resp.unchecked) == [] and resp.windows
+        wait_for(lambda: dumps, 20, "a switch table from the check")
+        assert (reads("interval"), reads("check") - before[1]) == (before[0], 1)
+    finally:
+        stream.cancel()
+        channel.close()
+        for a in agents:
+            a.stop()
+        ctl.stop()
+
+
 FAKE_APPCTL_HUGE = """#!/bin/sh
 # A datapath holding 120,000 distinct destinations: ~3.7 MB of rules.
 awk 'BEGIN { for (i = 0; i < 120000; i++)
