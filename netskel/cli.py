@@ -246,7 +246,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
         agent.stop(deregister=True)
         raise
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
-    _wait_for_signal(_reloader(a, "agent", flags, lambda: cfg, lambda _new: None))
+    _wait_for_signal(_reloader(a, "agent", flags, lambda: agent.cfg, agent.reconfigure))
     agent.stop(deregister=True)  # a clean stop leaves the cluster; a crash is an incident
     return 0
 
@@ -521,8 +521,9 @@ def _config_flag(p: argparse.ArgumentParser, role: str) -> None:
     p.add_argument("--config", metavar="TOML",
                    help=f"settings file: its [{role}] table (netskel/config.py documents every "
                         "key); flags given here win. SIGHUP reads it again: the analyzer takes "
-                        "its thresholds live, the rest waits for a restart (logged); a bad file "
-                        "is logged and the running settings stay")
+                        "its thresholds live, the agent its switch-read and trace intervals, the "
+                        "rest waits for a restart (logged); a bad file is logged and the running "
+                        "settings stay")
 
 
 def _metrics_flags(p: argparse.ArgumentParser) -> None:

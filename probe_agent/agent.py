@@ -303,7 +303,7 @@ class Agent:
         last: tuple[object, object] | None = None  # (rules, datapath) last sent
         last_sent = 0.0
         while True:
-            asked = self._vswitch_now.wait(self.cfg.vswitch_interval_s * random.uniform(0.9, 1.1))
+            asked = self._wait_turn(lambda: self.cfg.vswitch_interval_s, self._vswitch_now)
             self._vswitch_now.clear()
             if self.stop_event.is_set():
                 return
@@ -367,11 +367,7 @@ class Agent:
             while not self.stop_event.is_set():
                 self._trace_now.clear()
                 self.routes = self._trace_flows(tracer)
-                wait = self.cfg.trace_interval_s * random.uniform(0.9, 1.1)
-                deadline = time.monotonic() + wait
-                while not self.stop_event.is_set() and time.monotonic() < deadline:
-                    if self._trace_now.wait(min(1.0, deadline - time.monotonic())):
-                        break
+                self._wait_turn(lambda: self.cfg.trace_interval_s, self._trace_now)
         finally:
             self.prober.on_trace_reply = None
             tracer.close()
@@ -558,6 +554,26 @@ class Agent:
 
     def _control_loop(self) -> None:
         asyncio.run(self._control())
+
+    def _wait_turn(self, interval_s: Callable[[], float], wake: threading.Event) -> bool:
+        """Until a loop's next turn: its interval (jittered, so agents
+        started together drift apart) or `wake`, True if woken. The interval
+        is read again every second, so a reloaded one applies to the turn
+        under way, not only after an hour-long wait ends."""
+        jitter, began = random.uniform(0.9, 1.1), time.monotonic()
+        while not self.stop_event.is_set():
+            left = began + interval_s() * jitter - time.monotonic()
+            if left <= 0:
+                return False
+            if wake.wait(min(1.0, left)):
+                return True
+        return False
+
+    def reconfigure(self, cfg: AgentConfig) -> None:
+        """Settings from a reloaded file (`netskel.config.take_live` keeps
+        the rest as they were): the switch-read and trace loops read theirs
+        at every turn."""
+        self.cfg = cfg
 
     def start(self) -> None:
         for name, fn in (("responder", lambda: self.responder.serve(self.stop_event)),

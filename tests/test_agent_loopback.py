@@ -425,6 +425,39 @@ def test_an_active_check_reads_the_switch_at_once(topo_doc, tmp_path, sock, topo
         ctl.stop()
 
 
+def test_a_reloaded_interval_applies_to_the_wait_under_way(topo_doc, tmp_path, sock, topo_file,
+                                                           monkeypatch):
+    """SIGHUP with --config hands the agent its new switch-read interval
+    (`Agent.reconfigure`): an agent waiting out an hour reads its switch
+    within a second of the reload, not after the hour."""
+    import dataclasses
+
+    from probe_agent.metrics import REGISTRY
+
+    _fake_programs(tmp_path, monkeypatch, {"ovs-ofctl": FAKE_OFCTL_STEADY})
+    ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
+                                            db=":memory:", window_seconds=1,
+                                            heartbeat_interval_ms=200))
+    agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
+                            vswitch_tunnel_ports=(100,), vswitch_vni=7,
+                            vswitch_interval_s=3600.0))
+
+    def reads() -> float:
+        return REGISTRY.get_sample_value("netskel_agent_vswitch_reads_total",
+                                         {"why": "interval"}) or 0.0
+
+    before = reads()
+    try:
+        agent.start()
+        wait_for(lambda: agent.cfg.container in ctl.state.regs, 20, "the agent registered")
+        assert reads() == before
+        agent.reconfigure(dataclasses.replace(agent.cfg, vswitch_interval_s=0.05))
+        wait_for(lambda: reads() >= before + 2, 10, "reads at the reloaded interval")
+    finally:
+        agent.stop()
+        ctl.stop()
+
+
 FAKE_APPCTL_HUGE = """#!/bin/sh
 # A datapath holding 120,000 distinct destinations: ~3.7 MB of rules.
 awk 'BEGIN { for (i = 0; i < 120000; i++)
