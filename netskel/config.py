@@ -305,21 +305,3 @@ def take_live(running: T, new: T, role: str) -> tuple[T, list[str]]:
     now = dataclasses.replace(running, **{n: getattr(new, n)  # type: ignore[type-var]
                                           for n in changed if n not in later})
     return now, [n for n in changed if n in later]
-
-
-class Reloadable:
-    """Holds the last good config: a bad reload is reported and ignored."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.current = load_config(self.path)
-        self.last_error: str | None = None
-
-    def reload(self) -> bool:
-        try:
-            self.current = load_config(self.path)
-        except InputError as e:
-            self.last_error = str(e)
-            return False
-        self.last_error = None
-        return True

@@ -1,6 +1,6 @@
 import pytest
 
-from netskel.config import Reloadable, load_config
+from netskel.config import load_config
 from netskel.errors import InputError
 
 
@@ -44,17 +44,27 @@ def test_bad_config_is_one_clear_error(tmp_path, text, message):
 
 
 def test_bad_reload_keeps_last_good(tmp_path):
+    """The roles' SIGHUP handler (netskel.cli._reloader), run in-process:
+    a good file is handed over, a bad one is not, and flags still win."""
+    import argparse
+
+    from netskel.cli import _reloader
+    from netskel.config import AgentConfig
+
     p = tmp_path / "c.toml"
-    p.write_text("[agent]\nprobe_rate_hz = 5\n")
-    r = Reloadable(p)
-    p.write_text("[agent]\nprobe_rate_hz = 'fast'\n")
-    assert not r.reload() and "probe_rate_hz" in (r.last_error or "")
-    assert r.current.agent.probe_rate_hz == 5.0
-    p.write_text("[agent]\nprobe_rate_hz = 7\n[analyzer]\nclose_windows = 0\n")
-    assert not r.reload() and "close_windows" in (r.last_error or "")
-    assert r.current.agent.probe_rate_hz == 5.0 and r.current.analyzer.close_windows == 4
-    p.write_text("[agent]\nprobe_rate_hz = 20\n")
-    assert r.reload() and r.current.agent.probe_rate_hz == 20.0
+    p.write_text("[agent]\nvswitch_interval_s = 5.0\n")
+    running = [AgentConfig(vswitch_interval_s=5.0, trace_interval_s=30.0)]
+    reload = _reloader(argparse.Namespace(config=str(p)), "agent", {"trace_interval_s": 30.0},
+                       lambda: running[-1], running.append)
+    assert reload is not None
+    p.write_text("[agent]\nvswitch_interval_s = 'fast'\n")
+    reload()
+    assert len(running) == 1
+    p.write_text("[agent]\nvswitch_interval_s = 2.0\ntrace_interval_s = 9.0\n")
+    reload()
+    assert (running[-1].vswitch_interval_s, running[-1].trace_interval_s) == (2.0, 30.0)
+    assert _reloader(argparse.Namespace(config=None), "agent", {}, lambda: running[-1],
+                     running.append) is None
 
 
 def test_a_flag_wins_over_the_file_and_the_file_over_the_default(tmp_path):
