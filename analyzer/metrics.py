@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from netskel.metrics import process_registry
+from netskel.metrics import config_gauges, process_registry
 from netskel.model import LAYERS
 
 REGISTRY: CollectorRegistry = process_registry()
+CONFIG = config_gauges(REGISTRY)
 
 # One series per layer, each always present (0 when none is open), so an
 # alert on `netskel_incidents_open{layer="underlay"} > 0` never reads an

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from netskel.metrics import process_registry
+from netskel.metrics import config_gauges, process_registry
 
 REGISTRY: CollectorRegistry = process_registry()
+CONFIG = config_gauges(REGISTRY)
 
 AGENTS_REGISTERED = Gauge("netskel_agents_registered", "Containers with a registered agent",
                           registry=REGISTRY)

@@ -24,6 +24,7 @@ from netskel.stopping import STOP_DEADLINE_S
 log = logging.getLogger("netskel.cli")
 
 if TYPE_CHECKING:
+    from netskel.metrics import ConfigGauges
     from netskel.security import Security
 
 
@@ -163,11 +164,15 @@ def _configured(a: argparse.Namespace, role: str, flags: dict[str, Any]) -> Any:
 
 
 def _reloader(a: argparse.Namespace, role: str, flags: dict[str, Any],
-              running: Callable[[], Any], take: Callable[[Any], None]
-              ) -> Callable[[], None] | None:
+              running: Callable[[], Any], take: Callable[[Any], None],
+              gauges: ConfigGauges | None = None) -> Callable[[], None] | None:
     """What SIGHUP does with --config: read it again, hand the role what it
     takes live, log what waits for a restart; a file that no longer reads
-    is logged, and the running settings stay (the last good config)."""
+    is logged, and the running settings stay (the last good config).
+    `gauges`: the role's netskel_config_last_reload_* (set here for the
+    read at start too)."""
+    if gauges is not None:
+        gauges.read(True)
     if not a.config:
         return None
 
@@ -178,8 +183,12 @@ def _reloader(a: argparse.Namespace, role: str, flags: dict[str, Any],
             now, later = take_live(running(), _configured(a, role, flags), role)
         except NetskelError as e:
             log.error("%s: %s not reloaded, the running settings stay: %s", role, a.config, e)
+            if gauges is not None:
+                gauges.read(False)
             return
         take(now)
+        if gauges is not None:
+            gauges.read(True)
         log.warning("%s: %s reloaded%s", role, a.config,
                     f"; a restart applies {', '.join(later)}" if later else "")
     return reload
@@ -191,7 +200,7 @@ def _env_list(name: str) -> tuple[str, ...]:
 
 
 def cmd_controller(a: argparse.Namespace) -> int:
-    from controller.metrics import REGISTRY
+    from controller.metrics import CONFIG, REGISTRY
     from controller.server import start_controller
     from netskel.config import ControllerConfig
     from netskel.metrics import serve
@@ -206,7 +215,7 @@ def cmd_controller(a: argparse.Namespace) -> int:
     running = start_controller(cfg, sec)
     _warn_if_insecure(sec, "controller")
     print(f"controller listening on {running.ports}", flush=True)
-    _wait_for_signal(_reloader(a, "controller", flags, lambda: cfg, lambda _new: None))
+    _wait_for_signal(_reloader(a, "controller", flags, lambda: cfg, lambda _new: None, CONFIG))
     running.stop()
     return 0
 
@@ -215,7 +224,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
     from netskel.config import AgentConfig
     from netskel.metrics import serve
     from probe_agent.agent import Agent
-    from probe_agent.metrics import REGISTRY
+    from probe_agent.metrics import CONFIG, REGISTRY
 
     def env(name: str) -> str | None:  # a sidecar's environment, where no flag says
         return os.environ.get(name) or None
@@ -246,13 +255,13 @@ def cmd_agent(a: argparse.Namespace) -> int:
         agent.stop(deregister=True)
         raise
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
-    _wait_for_signal(_reloader(a, "agent", flags, lambda: agent.cfg, agent.reconfigure))
+    _wait_for_signal(_reloader(a, "agent", flags, lambda: agent.cfg, agent.reconfigure, CONFIG))
     agent.stop(deregister=True)  # a clean stop leaves the cluster; a crash is an incident
     return 0
 
 
 def cmd_analyzer(a: argparse.Namespace) -> int:
-    from analyzer.metrics import REGISTRY
+    from analyzer.metrics import CONFIG, REGISTRY
     from analyzer.server import start_analyzer
     from netskel.config import AnalyzerConfig
     from netskel.metrics import serve
@@ -273,7 +282,7 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
         with running.lock:
             running.engine.reconfigure(new)
 
-    _wait_for_signal(_reloader(a, "analyzer", flags, lambda: running.engine.cfg, take))
+    _wait_for_signal(_reloader(a, "analyzer", flags, lambda: running.engine.cfg, take, CONFIG))
     running.stop()
     return 0
 

@@ -9,8 +9,12 @@ never reads a controller's idle probe counters as "no probes sent"."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 from prometheus_client import (
     CollectorRegistry,
+    Gauge,
     GCCollector,
     PlatformCollector,
     ProcessCollector,
@@ -35,3 +39,29 @@ def serve(port: int, addr: str, registry: CollectorRegistry) -> None:
             start_http_server(port, addr=addr, registry=registry)
         except OSError as e:
             raise InputError(f"metrics port {addr}:{port}: {e.strerror or e}") from None
+
+
+@dataclass(frozen=True)
+class ConfigGauges:
+    """Whether the role's last read of its settings succeeded, and when one
+    last did: the pair Prometheus and Alertmanager export for their own
+    files, so one alert (`netskel_config_last_reload_successful == 0`)
+    covers every role. The read at start counts: a role runs only if it
+    succeeded."""
+
+    successful: Gauge
+    success_time: Gauge
+
+    def read(self, ok: bool, now: float | None = None) -> None:
+        self.successful.set(1 if ok else 0)
+        if ok:
+            self.success_time.set(time.time() if now is None else now)
+
+
+def config_gauges(registry: CollectorRegistry) -> ConfigGauges:
+    return ConfigGauges(
+        Gauge("netskel_config_last_reload_successful",
+              "1 if the last read of the settings (at start, or --config on SIGHUP) succeeded",
+              registry=registry),
+        Gauge("netskel_config_last_reload_success_timestamp_seconds",
+              "When the settings were last read successfully", registry=registry))

@@ -17,9 +17,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from netskel.metrics import process_registry
+from netskel.metrics import config_gauges, process_registry
 
 REGISTRY: CollectorRegistry = process_registry()
+CONFIG = config_gauges(REGISTRY)
 
 VSWITCH_READS = Counter("netskel_agent_vswitch_reads_total",
                         "Virtual-switch table reads, by what asked: the interval, or an active "

@@ -51,18 +51,32 @@ def test_bad_reload_keeps_last_good(tmp_path):
     from netskel.cli import _reloader
     from netskel.config import AgentConfig
 
+    from prometheus_client import CollectorRegistry
+
+    from netskel.metrics import config_gauges
+
+    registry = CollectorRegistry()
+    gauges = config_gauges(registry)
+
+    def gauge(name: str) -> float | None:
+        return registry.get_sample_value(f"netskel_config_last_reload_{name}")
+
     p = tmp_path / "c.toml"
     p.write_text("[agent]\nvswitch_interval_s = 5.0\n")
     running = [AgentConfig(vswitch_interval_s=5.0, trace_interval_s=30.0)]
     reload = _reloader(argparse.Namespace(config=str(p)), "agent", {"trace_interval_s": 30.0},
-                       lambda: running[-1], running.append)
-    assert reload is not None
+                       lambda: running[-1], running.append, gauges)
+    assert reload is not None and gauge("successful") == 1
+    started = gauge("success_timestamp_seconds")
+    assert started
     p.write_text("[agent]\nvswitch_interval_s = 'fast'\n")
     reload()
-    assert len(running) == 1
+    assert len(running) == 1 and gauge("successful") == 0
+    assert gauge("success_timestamp_seconds") == started
     p.write_text("[agent]\nvswitch_interval_s = 2.0\ntrace_interval_s = 9.0\n")
     reload()
     assert (running[-1].vswitch_interval_s, running[-1].trace_interval_s) == (2.0, 30.0)
+    assert gauge("successful") == 1 and (gauge("success_timestamp_seconds") or 0) >= started
     assert _reloader(argparse.Namespace(config=None), "agent", {}, lambda: running[-1],
                      running.append) is None
 
