@@ -299,10 +299,12 @@ def _warn(line: str) -> None:
 
 def cmd_analyze(a: argparse.Namespace) -> int:
     from analyzer.offline import analyze_files
+    from netskel.config import load_config
 
     output_file(a.output)
+    cfg = load_config(a.config).analyzer if a.config else None
     retain_freed_memory()
-    doc = analyze_files(a.topology, a.probes, window_s=a.window, progress=_progress(a),
+    doc = analyze_files(a.topology, a.probes, window_s=a.window, cfg=cfg, progress=_progress(a),
                         warn=_warn)
     write_json_atomic(a.output, doc)
     print(f"{len(doc['incidents'])} incident(s) -> {a.output}", file=sys.stderr)
@@ -660,6 +662,8 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--window", type=POSITIVE_S, default=30.0,
                    help="statistics window, s (default %(default)s)")
     z.add_argument("-o", "--output", required=True, help="incidents JSON (contract section 5)")
+    z.add_argument("--config", metavar="TOML", help="the live analyzer's settings file: its "
+                   "[analyzer] thresholds replay here (addresses and files in it are unused)")
     z.add_argument("--progress", action="store_true",
                    help="progress on stderr even when it is not a terminal")
     z.set_defaults(fn=cmd_analyze)

@@ -48,11 +48,10 @@ def test_bad_reload_keeps_last_good(tmp_path):
     a good file is handed over, a bad one is not, and flags still win."""
     import argparse
 
-    from netskel.cli import _reloader
-    from netskel.config import AgentConfig
-
     from prometheus_client import CollectorRegistry
 
+    from netskel.cli import _reloader
+    from netskel.config import AgentConfig
     from netskel.metrics import config_gauges
 
     registry = CollectorRegistry()

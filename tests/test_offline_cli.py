@@ -82,6 +82,26 @@ def test_analyze_finds_the_lossy_pair_only(tmp_path, topo_file, topo_doc):
     assert all(i["symptom"] == "loss" and i["start"] >= 1_700_000_010 + 30 for i in doc["incidents"])
 
 
+def test_analyze_replays_the_live_analyzers_thresholds(tmp_path, topo_file, topo_doc, capsys):
+    """`--config` hands offline analysis the [analyzer] table a live
+    analyzer runs with: the loss above lasts two windows, so a file asking
+    three lossy windows in a row opens nothing; a bad file is one line."""
+    _, pairs = probe_table(topo_doc, lossy_pair=None)
+    table, _ = probe_table(topo_doc, lossy_pair=pairs[0])
+    pq.write_table(table, tmp_path / "p.parquet")
+    conf, out = tmp_path / "a.toml", tmp_path / "inc.json"
+    args = ["analyze", "--topology", str(topo_file), "--probes", str(tmp_path / "p.parquet"),
+            "-o", str(out), "--config", str(conf)]
+    conf.write_text('[analyzer]\nlisten = ["10.9.9.9:1"]\npersist_windows = 1\n')
+    assert main(args) == 0 and json.loads(out.read_text())["incidents"]
+    conf.write_text("[analyzer]\npersist_windows = 3\n")
+    assert main(args) == 0 and json.loads(out.read_text())["incidents"] == []
+    conf.write_text("[analyzer]\npersist_window = 3\n")
+    assert main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"netskel: error: {conf}.analyzer: unknown key(s) persist_window")
+
+
 def _two_probes(path, **columns):
     """Two probes of one pair, with `columns` in place of the good ones."""
     table = {"ts": [1.0, 2.0], "src": ["job7-w000/rnic0"] * 2, "dst": ["job7-w001/rnic0"] * 2,
