@@ -532,9 +532,9 @@ def _config_flag(p: argparse.ArgumentParser, role: str) -> None:
     p.add_argument("--config", metavar="TOML",
                    help=f"settings file: its [{role}] table (netskel/config.py documents every "
                         "key); flags given here win. SIGHUP reads it again: the analyzer takes "
-                        "its thresholds live, the agent its switch-read and trace intervals, the "
-                        "rest waits for a restart (logged); a bad file is logged and the running "
-                        "settings stay")
+                        "its thresholds live, the agent its probe rate and switch-read and trace "
+                        "intervals, the rest waits for a restart (logged); a bad file is logged "
+                        "and the running settings stay")
 
 
 def _metrics_flags(p: argparse.ArgumentParser) -> None:

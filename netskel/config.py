@@ -280,12 +280,13 @@ def role_config(config: Config, role: str, flags: Mapping[str, Any]) -> Any:
 
 
 # What a running role takes from a reloaded file (SIGHUP): the analyzer's
-# thresholds, read at every window, and the agent's switch-read and trace
-# intervals, read at every turn of their loops. The rest size state or open
-# sockets (addresses, files, rates the probers were built with, the LOF
-# ring, the long-term period): a restart applies them. The controller hands
-# all of its settings to its state at start.
-_AGENT_LIVE = {"vswitch_interval_s", "vswitch_refresh_s", "trace_interval_s"}
+# thresholds, read at every window, and the agent's probe rate (the sidecar
+# shares its container's CPU: its load may need turning down without a
+# restart) and its switch-read and trace intervals. The rest size state or
+# open sockets (addresses, files, sizes and flows, the LOF ring, the
+# long-term period): a restart applies them. The controller hands all of
+# its settings to its state at start.
+_AGENT_LIVE = {"probe_rate_hz", "vswitch_interval_s", "vswitch_refresh_s", "trace_interval_s"}
 RESTART_ONLY = {
     "controller": frozenset(f.name for f in dataclasses.fields(ControllerConfig)),
     "agent": frozenset(f.name for f in dataclasses.fields(AgentConfig)) - _AGENT_LIVE,

@@ -571,8 +571,11 @@ class Agent:
 
     def reconfigure(self, cfg: AgentConfig) -> None:
         """Settings from a reloaded file (`netskel.config.take_live` keeps
-        the rest as they were): the switch-read and trace loops read theirs
-        at every turn."""
+        the rest as they were): the probers take a new rate at each target's
+        next probe, the switch-read and trace loops their intervals at once."""
+        if cfg.probe_rate_hz != self.cfg.probe_rate_hz:
+            self.prober.set_rate(cfg.probe_rate_hz)
+            self.rdma.rate_hz = cfg.probe_rate_hz
         self.cfg = cfg
 
     def start(self) -> None:

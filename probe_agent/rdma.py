@@ -440,8 +440,7 @@ class RdmaProber:
         import random
 
         pinger = self.pingers[src]
-        interval = 1.0 / self.rate_hz
-        nxt = time.monotonic() + random.random() * interval
+        nxt = time.monotonic() + random.random() / self.rate_hz
         turn = 0
         while not stop.is_set():
             pinger.poll(max(0.0, min(nxt - time.monotonic(), 0.05)))
@@ -456,7 +455,8 @@ class RdmaProber:
                     pinger.poll(0.0)
             turn += 1
             pinger.expire(self.timeout_s)
-            nxt += interval * (1.0 + random.uniform(-0.1, 0.1))
+            # The rate read every turn: a reloaded one applies from the next.
+            nxt += (1.0 + random.uniform(-0.1, 0.1)) / self.rate_hz
 
 
 def open_pingers(endpoints: dict[str, str], on_sent: Callable[[str, str, int, float, int], None],

@@ -441,6 +441,16 @@ class Prober:
         self._m_followed = metrics.PROBE_DWELLS.labels(source="follow_up")
         self._m_unfollowed = metrics.PROBE_DWELLS.labels(source="reply")
 
+    def set_rate(self, rate_hz: float) -> None:
+        """Probes per second per target from now on (a reloaded setting):
+        each target's next probe keeps its time, the ones after follow the
+        new interval."""
+        if not rate_hz > 0:
+            raise ValueError("probe rate must be positive")
+        with self._lock:
+            self.interval = 1.0 / rate_hz
+            self.batch_s = min(BATCH_SHARE * self.interval, MAX_BATCH_S)
+
     def set_targets(self, targets: Iterable[ProbeTarget]) -> None:
         """Replace the probed set; new targets start at a random phase."""
         now = time.monotonic()

@@ -428,8 +428,8 @@ def test_an_active_check_reads_the_switch_at_once(topo_doc, tmp_path, sock, topo
 def test_a_reloaded_interval_applies_to_the_wait_under_way(topo_doc, tmp_path, sock, topo_file,
                                                            monkeypatch):
     """SIGHUP with --config hands the agent its new switch-read interval
-    (`Agent.reconfigure`): an agent waiting out an hour reads its switch
-    within a second of the reload, not after the hour."""
+    and probe rate (`Agent.reconfigure`): an agent waiting out an hour reads
+    its switch within a second of the reload, not after the hour."""
     import dataclasses
 
     from probe_agent.metrics import REGISTRY
@@ -451,8 +451,10 @@ def test_a_reloaded_interval_applies_to_the_wait_under_way(topo_doc, tmp_path, s
         agent.start()
         wait_for(lambda: agent.cfg.container in ctl.state.regs, 20, "the agent registered")
         assert reads() == before
-        agent.reconfigure(dataclasses.replace(agent.cfg, vswitch_interval_s=0.05))
+        agent.reconfigure(dataclasses.replace(agent.cfg, vswitch_interval_s=0.05,
+                                              probe_rate_hz=40.0))
         wait_for(lambda: reads() >= before + 2, 10, "reads at the reloaded interval")
+        assert agent.prober.interval == 1 / 40.0 and agent.rdma.rate_hz == 40.0
     finally:
         agent.stop()
         ctl.stop()

@@ -493,6 +493,31 @@ def test_prober_sends_a_batch_per_wake_up_within_the_jitter():
             p.close()
 
 
+def test_a_new_probe_rate_applies_from_each_targets_next_probe():
+    """`Prober.set_rate` (an agent's reloaded `probe_rate_hz`): the probe
+    already due keeps its time, the one after it follows the new interval,
+    and the batch shrinks with it; no clock, the schedule read directly."""
+    from probe_agent.udp import BATCH_SHARE, JITTER, Prober, ProbeTarget
+
+    p = Prober({"a": "127.0.0.1"}, {"a": (64,)}, 1.0, 1.0, lambda *a: None, lambda *a: None)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
+            sink.bind(("127.0.0.1", 0))
+            p.set_targets([ProbeTarget("a", "t", "127.0.0.1", sink.getsockname()[1])])
+            at0 = p._heap[0][0]
+            p._send_due(at0)
+            at1 = p._heap[0][0]
+            assert 1.0 - JITTER <= at1 - at0 <= 1.0 + JITTER
+            p.set_rate(100.0)
+            assert p._heap[0][0] == at1 and p.batch_s == pytest.approx(BATCH_SHARE / 100.0)
+            p._send_due(at1)
+            assert 0.01 * (1 - JITTER) <= p._heap[0][0] - at1 <= 0.01 * (1 + JITTER)
+        with pytest.raises(ValueError):
+            p.set_rate(0.0)
+    finally:
+        p.close()
+
+
 def test_probe_buffer_rewritten_in_place_reads_back_as_the_same_probe():
     buf = wire.probe_buffer(256)
     wire.fill_probe(buf, seq=41, token=7, t_send_ns=99)

@@ -105,9 +105,10 @@ def test_a_reload_takes_thresholds_live_and_leaves_the_rest_for_a_restart():
     # A live value that only fits beside a restart-only one is refused whole.
     with pytest.raises(InputError, match="lof_neighbors"):
         take_live(running, AnalyzerConfig(lof_neighbors=12, lof_history_windows=12), "analyzer")
-    agent, later = take_live(AgentConfig(), AgentConfig(probe_rate_hz=20.0,
+    agent, later = take_live(AgentConfig(), AgentConfig(probe_rate_hz=20.0, flows=2,
                                                         vswitch_interval_s=2.0), "agent")
-    assert agent == AgentConfig(vswitch_interval_s=2.0) and later == ["probe_rate_hz"]
+    assert agent == AgentConfig(probe_rate_hz=20.0, vswitch_interval_s=2.0)
+    assert later == ["flows"]
 
 
 def test_the_example_settings_file_reads():
