@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 def analyse_once(topology: str, probes: str, out: str) -> dict[str, float]:
     from analyzer.offline import analyze_files
-    from netskel.cli import write_json_atomic
+    from netskel.outputs import write_json_atomic
 
     t0 = time.perf_counter()
     doc = analyze_files(topology, probes)

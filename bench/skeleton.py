@@ -105,8 +105,8 @@ def infer_once(topo: str, tp: str, out: str) -> dict[str, float]:
     included), its phases timed: inference (read + infer) and writing the
     JSON; the goal counts both (total_s)."""
     from controller.infer import infer_files
-    from netskel.cli import write_json_atomic
     from netskel.heap import retain_freed_memory
+    from netskel.outputs import write_json_atomic
 
     retain_freed_memory()
     t0 = time.perf_counter()

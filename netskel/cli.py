@@ -3,28 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import json
 import logging
 import math
 import os
-import signal
 import sys
-import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from netskel.errors import InputError, NetskelError, OutputError
 from netskel.heap import retain_freed_memory
+from netskel.outputs import output_dir, output_file, write_json_atomic
 from netskel.progress import Progress
-from netskel.stopping import STOP_DEADLINE_S
-
-log = logging.getLogger("netskel.cli")
+from netskel.settings import reloader, settings_of
+from netskel.stopping import wait_for_signal
 
 if TYPE_CHECKING:
-    from netskel.metrics import ConfigGauges
     from netskel.security import Security
 
 
@@ -49,149 +44,9 @@ def at_least(kind: type[int] | type[float], low: float, above: bool = False
 POSITIVE_S = at_least(float, 0, above=True)
 
 
-def output_file(path: str | Path) -> Path:
-    """An output file's place, checked before the work: a typo in `-o`
-    should not cost a whole run and then its answer. What no check can
-    foresee (a full disk) fails the write itself, in one line."""
-    p = Path(path)
-    if p.is_dir():
-        raise OutputError(f"{p}: is a directory, not a file to write")
-    if not p.parent.is_dir():
-        raise OutputError(f"{p}: no directory '{p.parent}' to write it in")
-    if not os.access(p.parent, os.W_OK):
-        raise OutputError(f"{p}: directory '{p.parent}' is not writable")
-    return p
-
-
-def output_dir(path: str | Path) -> Path:
-    """An output directory, made if missing; a file in its place is one error."""
-    p = Path(path)
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"{p}: cannot make the output directory ({e.strerror})") from None
-    return p
-
-
-def write_json_atomic(path: str | Path, doc: Any) -> None:
-    """Write all or nothing: a failed run leaves no partial output."""
-    p = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.")
-    except OSError as e:
-        raise OutputError(f"{p}: cannot write ({e.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            _dump(doc, f, "")
-            f.write("\n")
-        os.replace(tmp, p)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise OutputError(f"{p}: cannot write ({e.strerror})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _dump(v: Any, f: IO[str], pad: str) -> None:
-    """Indented JSON whose innermost lists and objects (scalars only) sit on
-    one line: readable, and written by json's C encoder. `indent=` would
-    route everything through the pure-Python encoder, three times slower on
-    a 32K-endpoint ping list (11 s against 3 s for its 550 MB). A list is
-    laid out by its first item (our lists are all scalars or all
-    containers): scanning 13 M ping-list ids to learn that took a second."""
-    if isinstance(v, dict) and any(isinstance(x, (dict, list)) for x in v.values()):
-        inner = pad + " "
-        f.write("{")
-        for n, (k, x) in enumerate(v.items()):
-            f.write(("," if n else "") + "\n" + inner + json.dumps(str(k)) + ": ")
-            _dump(x, f, inner)
-        f.write("\n" + pad + "}" if v else "}")
-    elif isinstance(v, list) and v and isinstance(v[0], (dict, list)):
-        inner = pad + " "
-        f.write("[")
-        for n, x in enumerate(v):
-            f.write(("," if n else "") + "\n" + inner)
-            _dump(x, f, inner)
-        f.write("\n" + pad + "]")
-    else:
-        f.write(json.dumps(v))
-
-
-SIGNAL_POLL_S = 0.5  # how late a signal taken by another thread may be seen
-
-
-def _wait_for_signal(on_reload: Callable[[], None] | None = None,
-                     deadline_s: float = STOP_DEADLINE_S) -> None:
-    """Returns on SIGINT or SIGTERM. The wait wakes every SIGNAL_POLL_S: the
-    kernel may hand the signal to any thread (gRPC runs a dozen), and then
-    only the C-level handler runs there; Python's handler waits for the main
-    thread to run bytecode, which an untimed Event.wait never does. A
-    controller in CI sat in that wait for hours after its SIGTERM.
-    The stop that follows is bounded: a grpc.aio server can hang in stop()
-    while RPCs are in flight (grpc/grpc#40834), and threads blocked in a
-    domain call are joined at exit. Past the deadline every thread's stack
-    goes to stderr and the process exits 1.
-    SIGHUP calls `on_reload` here, in the main thread (none: SIGHUP stops
-    the process, as it always would)."""
-    done, hup = threading.Event(), threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    if on_reload is not None:
-        signal.signal(signal.SIGHUP, lambda *_: hup.set())
-    while not done.wait(SIGNAL_POLL_S):
-        if hup.is_set():
-            hup.clear()
-            assert on_reload is not None
-            on_reload()
-    faulthandler.dump_traceback_later(deadline_s, exit=True)
-
-
 def _tuple(values: list[Any] | None) -> tuple[Any, ...] | None:
     """A repeatable flag's values, None when it was not given."""
     return tuple(values) if values else None
-
-
-def _configured(a: argparse.Namespace, role: str, flags: dict[str, Any]) -> Any:
-    """The role's settings: --config's table, then the flags given."""
-    from netskel.config import Config, load_config, role_config
-
-    cfg = role_config(load_config(a.config) if a.config else Config(), role, flags)
-    if role != "agent" and not cfg.topology:
-        raise InputError(f"{role}: no topology: give --topology or `topology` in [{role}] of "
-                         "--config")
-    return cfg
-
-
-def _reloader(a: argparse.Namespace, role: str, flags: dict[str, Any],
-              running: Callable[[], Any], take: Callable[[Any], None],
-              gauges: ConfigGauges | None = None) -> Callable[[], None] | None:
-    """What SIGHUP does with --config: read it again, hand the role what it
-    takes live, log what waits for a restart; a file that no longer reads
-    is logged, and the running settings stay (the last good config).
-    `gauges`: the role's netskel_config_last_reload_* (set here for the
-    read at start too)."""
-    if gauges is not None:
-        gauges.read(True)
-    if not a.config:
-        return None
-
-    def reload() -> None:
-        from netskel.config import take_live
-
-        try:
-            now, later = take_live(running(), _configured(a, role, flags), role)
-        except NetskelError as e:
-            log.error("%s: %s not reloaded, the running settings stay: %s", role, a.config, e)
-            if gauges is not None:
-                gauges.read(False)
-            return
-        take(now)
-        if gauges is not None:
-            gauges.read(True)
-        log.warning("%s: %s reloaded%s", role, a.config,
-                    f"; a restart applies {', '.join(later)}" if later else "")
-    return reload
 
 
 def _env_list(name: str) -> tuple[str, ...]:
@@ -209,13 +64,13 @@ def cmd_controller(a: argparse.Namespace) -> int:
              "heartbeat_interval_ms": a.heartbeat_ms, "heartbeat_timeout_s": a.heartbeat_timeout,
              "window_seconds": a.window, "metrics_port": a.metrics_port,
              "switch_addresses": a.switch_addresses}
-    cfg: ControllerConfig = _configured(a, "controller", flags)
+    cfg: ControllerConfig = settings_of(a.config, "controller", flags)
     sec = _security(a, "controller")
     serve(cfg.metrics_port, a.metrics_addr, REGISTRY)
     running = start_controller(cfg, sec)
     _warn_if_insecure(sec, "controller")
     print(f"controller listening on {running.ports}", flush=True)
-    _wait_for_signal(_reloader(a, "controller", flags, lambda: cfg, lambda _new: None, CONFIG))
+    wait_for_signal(reloader(a.config, "controller", flags, lambda: cfg, lambda _new: None, CONFIG))
     running.stop()
     return 0
 
@@ -244,7 +99,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
              "underlay_netns": a.underlay_netns or env("NETSKEL_UNDERLAY_NETNS"),
              "trace_interval_s": a.trace_interval, "flows": a.flows, "tunnel_port": a.tunnel_port,
              "rdma": a.rdma or env("NETSKEL_RDMA")}
-    cfg: AgentConfig = _configured(a, "agent", flags)
+    cfg: AgentConfig = settings_of(a.config, "agent", flags)
     sec = _security(a, "agent")
     agent = Agent(cfg, sec)
     agent.start()
@@ -255,7 +110,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
         agent.stop(deregister=True)
         raise
     print(f"agent {cfg.container} probing from {len(agent.endpoints)} endpoint(s)", flush=True)
-    _wait_for_signal(_reloader(a, "agent", flags, lambda: agent.cfg, agent.reconfigure, CONFIG))
+    wait_for_signal(reloader(a.config, "agent", flags, lambda: agent.cfg, agent.reconfigure, CONFIG))
     agent.stop(deregister=True)  # a clean stop leaves the cluster; a crash is an incident
     return 0
 
@@ -268,7 +123,7 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
 
     flags = {"topology": a.topology, "controller": a.controller, "listen": _tuple(a.listen),
              "metrics_port": a.metrics_port, "web_listen": a.web, "db": a.db}
-    cfg: AnalyzerConfig = _configured(a, "analyzer", flags)
+    cfg: AnalyzerConfig = settings_of(a.config, "analyzer", flags)
     sec = _security(a, "analyzer")
     serve(cfg.metrics_port, a.metrics_addr, REGISTRY)
     running = start_analyzer(cfg, sec=sec)
@@ -282,7 +137,7 @@ def cmd_analyzer(a: argparse.Namespace) -> int:
         with running.lock:
             running.engine.reconfigure(new)
 
-    _wait_for_signal(_reloader(a, "analyzer", flags, lambda: running.engine.cfg, take, CONFIG))
+    wait_for_signal(reloader(a.config, "analyzer", flags, lambda: running.engine.cfg, take, CONFIG))
     running.stop()
     return 0
 

@@ -93,8 +93,8 @@ def run_demo(a: argparse.Namespace) -> int:
                 port = d.analyzer.ports[0] if d.analyzer else 0
                 say(f"cluster kept; NetDiag at 127.0.0.1:{port} (Ctrl-C to remove; "
                     "NETSKEL_KEEP_RUN=1 keeps its logs too)")
-                from netskel.cli import _wait_for_signal
-                _wait_for_signal()
+                from netskel.stopping import wait_for_signal
+                wait_for_signal()
         finally:
             undo()
     say("cluster removed")

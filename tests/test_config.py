@@ -44,15 +44,13 @@ def test_bad_config_is_one_clear_error(tmp_path, text, message):
 
 
 def test_bad_reload_keeps_last_good(tmp_path):
-    """The roles' SIGHUP handler (netskel.cli._reloader), run in-process:
+    """The roles' SIGHUP handler (netskel.settings.reloader), run in-process:
     a good file is handed over, a bad one is not, and flags still win."""
-    import argparse
-
     from prometheus_client import CollectorRegistry
 
-    from netskel.cli import _reloader
     from netskel.config import AgentConfig
     from netskel.metrics import config_gauges
+    from netskel.settings import reloader
 
     registry = CollectorRegistry()
     gauges = config_gauges(registry)
@@ -63,8 +61,8 @@ def test_bad_reload_keeps_last_good(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text("[agent]\nvswitch_interval_s = 5.0\n")
     running = [AgentConfig(vswitch_interval_s=5.0, trace_interval_s=30.0)]
-    reload = _reloader(argparse.Namespace(config=str(p)), "agent", {"trace_interval_s": 30.0},
-                       lambda: running[-1], running.append, gauges)
+    reload = reloader(str(p), "agent", {"trace_interval_s": 30.0}, lambda: running[-1],
+                      running.append, gauges)
     assert reload is not None and gauge("successful") == 1
     started = gauge("success_timestamp_seconds")
     assert started
@@ -76,8 +74,7 @@ def test_bad_reload_keeps_last_good(tmp_path):
     reload()
     assert (running[-1].vswitch_interval_s, running[-1].trace_interval_s) == (2.0, 30.0)
     assert gauge("successful") == 1 and (gauge("success_timestamp_seconds") or 0) >= started
-    assert _reloader(argparse.Namespace(config=None), "agent", {}, lambda: running[-1],
-                     running.append) is None
+    assert reloader(None, "agent", {}, lambda: running[-1], running.append) is None
 
 
 def test_a_flag_wins_over_the_file_and_the_file_over_the_default(tmp_path):

@@ -24,10 +24,11 @@ from netskel.api.v1 import controller_pb2 as pb
 from netskel.api.v1 import controller_pb2_grpc as pb_grpc
 from netskel.api.v1 import netdiag_pb2 as dpb
 from netskel.api.v1 import netdiag_pb2_grpc as dpb_grpc
-from netskel.cli import main, write_json_atomic
+from netskel.cli import main
 from netskel.csvimport import REQUIRED, read_rows, to_records
 from netskel.errors import InputError
 from netskel.ofdump import DumpError, read_dump
+from netskel.outputs import write_json_atomic
 from netskel.topology import parse_topology
 from probe_agent import wire
 from probe_agent.flowtrace import parse_icmp

@@ -26,11 +26,11 @@ def _catches_sigterm(pid: int) -> bool:
 
 
 def _stopped(then: str) -> subprocess.CompletedProcess[str]:
-    """A process waiting in the roles' `_wait_for_signal` (deadline 0.5 s),
+    """A process waiting in the roles' `wait_for_signal` (deadline 0.5 s),
     sent SIGTERM, then running `then` as its stop."""
     script = ("import threading, sys\n"
-              "from netskel.cli import _wait_for_signal\n"
-              "_wait_for_signal(deadline_s=0.5)\n" + then)
+              "from netskel.stopping import wait_for_signal\n"
+              "wait_for_signal(deadline_s=0.5)\n" + then)
     p = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -65,7 +65,7 @@ def test_a_signal_taken_by_another_thread_still_stops_the_role():
     SIGTERM at itself once the roles' handler is installed."""
     script = (
         "import os, signal, threading\n"
-        "from netskel.cli import _wait_for_signal\n"
+        "from netskel.stopping import wait_for_signal\n"
         "from tests.test_shutdown import _catches_sigterm\n"
         "def other():\n"
         "    while not _catches_sigterm(os.getpid()):\n"
@@ -73,7 +73,7 @@ def test_a_signal_taken_by_another_thread_still_stops_the_role():
         "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
         "    threading.Event().wait()\n"
         "threading.Thread(target=other, daemon=True).start()\n"
-        "_wait_for_signal()\n"
+        "wait_for_signal()\n"
         "print('stopped', flush=True)\n")
     p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, text=True, capture_output=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
