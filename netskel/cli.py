@@ -344,6 +344,21 @@ def cmd_certs(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(a: argparse.Namespace) -> int:
+    """`check`: a file read as the roles would read it, before a SIGHUP
+    or a rollout puts it in force; `show`: the settings it amounts to, every
+    key spelled out (defaults where the file is silent)."""
+    from netskel.config import Config, load_config, to_toml
+
+    cfg = load_config(a.file) if a.file else Config()
+    if a.config_cmd == "check":
+        print(f"{a.file}: ok")
+    else:
+        print(to_toml(cfg, tuple(a.role) if a.role else ("controller", "agent", "analyzer")),
+              end="")
+    return 0
+
+
 def cmd_netdiag(a: argparse.Namespace) -> int:
     from netskel.netdiag_client import run_netdiag
 
@@ -596,6 +611,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--days", type=at_least(int, 1), default=30,
                    help="how long the certificates are valid (default %(default)s)")
     t.set_defaults(fn=cmd_certs)
+
+    f = sub.add_parser("config", help="a settings file (--config of the roles): check it, or "
+                       "show the settings it amounts to")
+    fs = f.add_subparsers(dest="config_cmd", required=True)
+    fc = fs.add_parser("check", help="read it as the roles would: one line, ok or the error")
+    fc.add_argument("file", help="the TOML file")
+    fw = fs.add_parser("show", help="every key of every role with its value (defaults where the "
+                       "file is silent), as TOML that reads back the same")
+    fw.add_argument("file", nargs="?", help="the TOML file (default: none, the defaults)")
+    fw.add_argument("--role", action="append", choices=("controller", "agent", "analyzer"),
+                    help="only this role's table (repeatable)")
+    f.set_defaults(fn=cmd_config)
 
     d = sub.add_parser("netdiag", help="ask NetDiag: diagnose endpoints or pairs, list incidents")
     d.add_argument("--server", default="127.0.0.1:7001",

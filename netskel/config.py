@@ -5,6 +5,8 @@ never silently keeps a default."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -268,7 +270,11 @@ def load_config(path: str | Path) -> Config:
         raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{p}: malformed TOML: {e}") from None
-    return _build(Config, raw, str(p))
+    try:
+        return _build(Config, raw, str(p))
+    except InputError as e:  # a value out of range says its key, not yet its file
+        said = str(e)
+        raise InputError(said if said.startswith(str(p)) else f"{p}: {said}") from None
 
 
 def role_config(config: Config, role: str, flags: Mapping[str, Any]) -> Any:
@@ -306,3 +312,30 @@ def take_live(running: T, new: T, role: str) -> tuple[T, list[str]]:
     now = dataclasses.replace(running, **{n: getattr(new, n)  # type: ignore[type-var]
                                           for n in changed if n not in later})
     return now, [n for n in changed if n in later]
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("nan" if v != v else "inf" if v > 0 else "-inf")
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a TOML basic string
+    if isinstance(v, tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML form for {type(v).__name__}")
+
+
+def to_toml(config: Config, roles: tuple[str, ...] = ("controller", "agent", "analyzer")) -> str:
+    """The settings as a file `load_config` reads back to the same values:
+    what a role runs with, every key spelled out (`netskel config show`)."""
+    out: list[str] = []
+    for role in roles:
+        section = getattr(config, role)
+        out.append(f"[{role}]")
+        out += [f"{f.name} = {_toml_value(getattr(section, f.name))}"
+                for f in dataclasses.fields(section)]
+        out.append("")
+    return "\n".join(out)

@@ -113,3 +113,30 @@ def test_the_example_settings_file_reads():
 
     cfg = load_config(Path(__file__).resolve().parent.parent / "examples" / "analyzer.toml")
     assert cfg.analyzer.web_listen == "127.0.0.1:8080" and cfg.analyzer.close_windows == 4
+
+
+def test_show_spells_out_every_setting_and_reads_back_the_same(tmp_path, capsys):
+    """`netskel config show` prints what a file amounts to (defaults where
+    it is silent) as TOML that `load_config` reads back to equal values;
+    `check` names the file and the key that cannot work, in one line."""
+    from netskel.cli import main
+    from netskel.config import Config
+
+    p = tmp_path / "c.toml"
+    p.write_text('[agent]\nendpoints = ["c/e0,h/n0,10.0.0.1"]\nprobe_rate_hz = 2\n'
+                 '[analyzer]\ndrift_fdr = 1e-3\nweb_listen = "127.0.0.1:8080"\n'
+                 '[controller]\nswitch_addresses = "a \\"quoted\\" path\\\\x"\n')
+    for args, expected in (([], Config()), ([str(p)], load_config(p))):
+        assert main(["config", "show", *args]) == 0
+        shown = tmp_path / "shown.toml"
+        shown.write_text(capsys.readouterr().out)
+        assert load_config(shown) == expected
+    assert main(["config", "show", str(p), "--role", "agent"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("[agent]\n") and "[analyzer]" not in out and "probe_rate_hz = 2" in out
+    assert main(["config", "check", str(p)]) == 0
+    assert capsys.readouterr().out == f"{p}: ok\n"
+    p.write_text("[analyzer]\nloss_alpha = 2\n")
+    assert main(["config", "check", str(p)]) == 2
+    assert capsys.readouterr().err == (f"netskel: error: {p}: analyzer.loss_alpha: must be in "
+                                       "(0, 1], got 2\n")
