@@ -5,7 +5,6 @@ never silently keeps a default."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import tomllib
 from collections.abc import Mapping
@@ -322,7 +321,12 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, float):
         return repr(v) if math.isfinite(v) else ("nan" if v != v else "inf" if v > 0 else "-inf")
     if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a TOML basic string
+        # TOML's basic string: quote, backslash and control characters
+        # escaped, the rest as itself (JSON's \\uD83D-style surrogate
+        # escapes are no TOML).
+        return '"' + "".join(
+            f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F
+            else "\\" + c if c in '"\\' else c for c in v) + '"'
     if isinstance(v, tuple):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(f"no TOML form for {type(v).__name__}")

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netskel.config import load_config
 from netskel.errors import InputError
@@ -140,3 +142,25 @@ def test_show_spells_out_every_setting_and_reads_back_the_same(tmp_path, capsys)
     assert main(["config", "check", str(p)]) == 2
     assert capsys.readouterr().err == (f"netskel: error: {p}: analyzer.loss_alpha: must be in "
                                        "(0, 1], got 2\n")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20),
+    st.floats(), st.integers(-2**63, 2**63 - 1), st.booleans(),
+    st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=5),
+             max_size=3).map(tuple)))
+def test_every_value_a_setting_may_hold_reads_back_from_its_toml(value):
+    """What `config show` writes for one value, read by TOML's own parser
+    (a file can hold no lone surrogate, so neither do these strings)."""
+    import math
+    import tomllib
+
+    from netskel.config import _toml_value
+
+    got = tomllib.loads(f"x = {_toml_value(value)}")["x"]
+    if isinstance(value, float) and math.isnan(value):
+        assert math.isnan(got)
+    else:
+        assert (tuple(got) if isinstance(got, list) else got) == value
+        assert type(got) is (list if isinstance(value, tuple) else type(value))
