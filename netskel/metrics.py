@@ -9,7 +9,6 @@ never reads a controller's idle probe counters as "no probes sent"."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from prometheus_client import (
@@ -52,10 +51,10 @@ class ConfigGauges:
     successful: Gauge
     success_time: Gauge
 
-    def read(self, ok: bool, now: float | None = None) -> None:
+    def read(self, ok: bool) -> None:
         self.successful.set(1 if ok else 0)
         if ok:
-            self.success_time.set(time.time() if now is None else now)
+            self.success_time.set_to_current_time()
 
 
 def config_gauges(registry: CollectorRegistry) -> ConfigGauges:

@@ -383,8 +383,6 @@ class Prober:
                  rng: random.Random | None = None, kernel_tx: bool = True,
                  busy_poll_us: int = 0, flows: int = 1,
                  on_trace_reply: Callable[[int], None] | None = None, dscp: int = 0) -> None:
-        if rate_hz <= 0:
-            raise ValueError("probe rate must be positive")
         if flows < 1:
             raise ValueError("flows must be at least 1")
         # kernel_tx False: the send stamp is user time before sendto, as
@@ -401,8 +399,8 @@ class Prober:
         self.trace_token = int.from_bytes(os.urandom(8), "big")
         self.on_trace_reply = on_trace_reply
         self.sizes = sizes
-        self.interval = 1.0 / rate_hz
-        self.batch_s = min(BATCH_SHARE * self.interval, MAX_BATCH_S)
+        self._lock = threading.Lock()
+        self.set_rate(rate_hz)
         self.timeout_s = timeout_s
         self.on_sent = on_sent
         self.on_reply = on_reply
@@ -412,7 +410,6 @@ class Prober:
         for ep, socks in self.flow_sockets.items():
             for sock in socks:
                 self._sel.register(sock, selectors.EVENT_READ, ep)
-        self._lock = threading.Lock()
         # Bytes of this prober's own traffic per endpoint, [sent, received]
         # (probes out, replies in; traces apart: another thread sends them).
         self.own_bytes = {ep: [0, 0] for ep in sources}
