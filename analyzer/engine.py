@@ -70,7 +70,7 @@ class Analyzer:
         self.paths = UnderlayPaths(topo)
         self._endpoints_of_host: dict[str, list[str]] | None = None
         self._pending_batches: dict[tuple[float, float], list[WindowBatch]] = defaultdict(list)
-        self._seen = SeenWindows(settle=cfg.close_windows)
+        self._seen = SeenWindows()
         self._by_endpoint: dict[str, set[Pair]] = defaultdict(set)
         self._pairs: list[Pair] = []            # pair id -> pair
         self._pair_id: dict[Pair, int] = {}
@@ -125,7 +125,6 @@ class Analyzer:
         """Thresholds from a reloaded file (`netskel.config.take_live` keeps
         what sizes state as it was): the next window is judged by them."""
         self.cfg = self.detector.cfg = self.routes.cfg = cfg
-        self._seen.settle = cfg.close_windows
 
     # -- input ----------------------------------------------------------------
     def add_windows(self, windows: Iterable[WindowStats]) -> list[str]:
@@ -1150,5 +1149,6 @@ class Analyzer:
         asked, lonely = asked_pairs(endpoints, pairs, self._by_endpoint, self.known_endpoints)
         start, end = time_range(start, end, now)
         return diagnosis(asked, lonely, self.incidents.values(),
-                         lambda p: self._seen.judge(self._pair_id.get(p, -1), start, end),
+                         lambda p: self._seen.judge(self._pair_id.get(p, -1), start, end,
+                                                    self.cfg.close_windows),
                          self.routes.latest, start, end)

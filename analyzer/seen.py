@@ -27,13 +27,10 @@ class SeenWindow:
 
 
 class SeenWindows:
-    """Windows in the order they were analysed, oldest dropped first.
-    `settle`: healthy windows after a pair's anomaly that make it one that
-    passed (the engine's close_windows: as many as end an incident)."""
+    """Windows in the order they were analysed, oldest dropped first."""
 
-    def __init__(self, settle: int) -> None:
+    def __init__(self) -> None:
         self._windows: deque[SeenWindow] = deque()
-        self.settle = settle
 
     def add(self, window: SeenWindow) -> None:
         self._windows.append(window)
@@ -51,27 +48,28 @@ class SeenWindows:
         last = self._windows[-1]
         return {int(i) for i in last.pairs.tolist()} - set(last.anomalous)
 
-    def judge(self, p_id: int, start: float, end: float) -> tuple[str, str]:
+    def judge(self, p_id: int, start: float, end: float, settle: int) -> tuple[str, str]:
         """A pair's verdict and reason from the windows overlapping
         [start, end]; persistent faults are the incidents' to answer. An
         anomaly that did not persist and was followed by `settle` healthy
-        windows passed (benign congestion does so a few times an hour on a
+        windows (the engine's close_windows: as many as end an incident)
+        passed (benign congestion does so a few times an hour on a
         busy fabric): OK, and the reason says so. One that may still
         persist cannot be judged yet."""
         seen = [w for w in self._in_range(start, end) if w.holds(p_id)]
         odd = [w for w in seen if p_id in w.anomalous]
         if odd:
             what = _symptoms(odd, p_id)
-            if self._settled(p_id, odd[-1]):
+            if self._settled(p_id, odd[-1], settle):
                 return OK, (f"{len(seen) - len(odd)} healthy window(s); {what} passed without "
-                            f"an incident ({self.settle} healthy after it)")
+                            f"an incident ({settle} healthy after it)")
             return INCONCLUSIVE, (f"anomalous window(s) not yet persistent: {what} of "
                                   f"{len(seen)} window(s), the last ending at {odd[-1].end:.0f}")
         if seen:
             return OK, f"{len(seen)} healthy window(s)"
         return INCONCLUSIVE, NO_WINDOW
 
-    def _settled(self, p_id: int, last_odd: SeenWindow) -> bool:
+    def _settled(self, p_id: int, last_odd: SeenWindow, settle: int) -> bool:
         """The pair's next `settle` windows after `last_odd` were all held
         and healthy (those past the asked range count: they say how the
         anomaly ended)."""
@@ -82,7 +80,7 @@ class SeenWindows:
             if p_id in w.anomalous:
                 return False
             after += 1
-            if after >= self.settle:
+            if after >= settle:
                 return True
         return False
 
