@@ -25,6 +25,14 @@ def wait_for(fn: Callable[[], T], timeout: float, what: str, poll: float = 0.05)
     return last
 
 
+def catches_signal(pid: int, sig: int) -> bool:
+    """The process installed its handler of `sig` (/proc's SigCgt mask):
+    the moment a test may send it, not a sleep's guess."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (sig - 1)))
+
+
 @contextmanager
 def stopped_while_busy(stop: Callable[[], None], busy: threading.Event,
                        release: threading.Event) -> Iterator[None]:

@@ -12,15 +12,9 @@ import sys
 from pathlib import Path
 
 from netskel.cli import main
-from tests.helpers import wait_for
+from tests.helpers import catches_signal, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _catches(pid: int, sig: signal.Signals) -> bool:
-    status = Path(f"/proc/{pid}/status").read_text()
-    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
-    return bool(int(caught.split()[1], 16) & (1 << (sig - 1)))
 
 
 def test_sighup_reloads_the_analyzers_file_and_keeps_the_last_good(tmp_path, topo_file):
@@ -33,7 +27,7 @@ def test_sighup_reloads_the_analyzers_file_and_keeps_the_last_good(tmp_path, top
                               str(conf), "--insecure"], cwd=ROOT, stdout=subprocess.DEVNULL,
                              stderr=sink, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        wait_for(lambda: _catches(p.pid, signal.SIGHUP), 60, "the SIGHUP handler")
+        wait_for(lambda: catches_signal(p.pid, signal.SIGHUP), 60, "the SIGHUP handler")
 
         def logged(text: str) -> bool:
             return text in err.read_text()

@@ -12,17 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import wait_for
+from tests.helpers import catches_signal, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
 
 
 def _catches_sigterm(pid: int) -> bool:
-    """The process installed its SIGTERM handler (/proc's SigCgt mask)."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
-    return bool(int(caught.split()[1], 16) & SIGTERM_BIT)
+    return catches_signal(pid, signal.SIGTERM)
 
 
 def _stopped(then: str) -> subprocess.CompletedProcess[str]:
