@@ -84,6 +84,20 @@ def test_services_are_probed_and_speak_tls_and_agent_sidecar_has_what_it_needs(
         "netskel://agent/${POD_NAME}"
 
 
+
+@pytest.mark.parametrize("name", ["controller", "analyzer"])
+def test_a_role_and_everything_it_mounts_live_in_the_netskel_namespace(name):
+    """A Deployment reads ConfigMaps, Secrets and claims of its own
+    namespace only, and agents dial `netskel-controller.netskel`: a role
+    rendered without a namespace lands in kubectl's current one, away from
+    its topology."""
+    docs = render(name)
+    namespaced = [d for d in docs if d["kind"] != "Namespace"]
+    assert {(d["kind"], d["metadata"].get("namespace")) for d in namespaced} == \
+        {(d["kind"], "netskel") for d in namespaced}
+    assert all(d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "netskel"
+               for d in docs)
+
 def test_image_builds_where_docker_runs():
     if shutil.which("docker") is None:
         pytest.skip("no docker client on this machine")
