@@ -27,3 +27,4 @@ ANALYSIS_SECONDS = Histogram("netskel_analysis_seconds", "Time to analyse one ba
 STREAM_OVERFLOWS = Counter("netskel_stream_overflows_total",
                            "Incident watches whose client fell too far behind and were cut off",
                            ["stream"], registry=REGISTRY)
+STREAM_OVERFLOWS.labels(stream="incidents")  # at 0 from the start, as the controller's

@@ -27,5 +27,13 @@ FEED_DROPPED = Counter("netskel_feed_dropped_total", "Report events dropped for 
 STREAM_OVERFLOWS = Counter("netskel_stream_overflows_total",
                            "Streams whose client fell too far behind: a ping list resent whole "
                            "or a report feed cut off", ["stream"], registry=REGISTRY)
+# Every kind's and stream's series exist from the start at 0, so rate() and
+# increase() count a first burst of rejections (a series born at 5 loses
+# them) and alerts on them have a series to read.
+for _kind in ("window", "counter", "vswitch"):
+    REPORTS_ACCEPTED.labels(kind=_kind)
+    REPORTS_REJECTED.labels(kind=_kind)
+for _stream in ("pinglist", "reports"):
+    STREAM_OVERFLOWS.labels(stream=_stream)
 INFERENCE_SECONDS = Histogram("netskel_inference_seconds", "Time to infer one job's skeleton",
                               registry=REGISTRY)

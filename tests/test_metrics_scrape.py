@@ -97,5 +97,13 @@ def test_every_process_metrics_parse_and_stay_bounded(procs, topo_doc):
     # Open incidents by layer: every layer's series there, so an alert on one never reads absence.
     layers = {s.labels["layer"] for s in scrape(procs["analyzer"])["netskel_incidents_open"]}
     assert layers == set(LAYERS)
+    # Likewise every report kind's rejections and every stream's overflows,
+    # at 0 before the first: rate() then counts the first burst too.
+    controller = scrape(procs["controller"])
+    for family, label, values in (("netskel_reports_rejected", "kind", {"window", "counter", "vswitch"}),
+                                  ("netskel_stream_overflows", "stream", {"pinglist", "reports"})):
+        assert {s.labels[label] for s in controller[family] if s.name.endswith("_total")} == values
+    assert [s.labels for s in scrape(procs["analyzer"])["netskel_stream_overflows"]
+            if s.name.endswith("_total")] == [{"stream": "incidents"}]
     rtt = scrape(procs["agent0"])["netskel_probe_rtt_microseconds"]
     assert any(s.name.endswith("_count") and s.value > 0 for s in rtt)
