@@ -3,8 +3,9 @@
 # Debian machine (run as root): system tools from apt, Python deps in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# chromium renders the web page in its end-to-end test.
-pkgs=(openvswitch-switch ethtool iptables nftables iproute2 iputils-ping chromium)
+# chromium renders the web page in its end-to-end test; prometheus (and its
+# promtool) checks, unit-tests and evaluates deploy/prometheus's alerts.
+pkgs=(openvswitch-switch ethtool iptables nftables iproute2 iputils-ping chromium prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

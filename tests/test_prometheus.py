@@ -1,0 +1,213 @@
+"""The alerts a network team loads (deploy/prometheus): Prometheus's own
+tools accept the rules and the scrape config, each alert fires exactly when
+its unit tests say, the rules read only series the roles export, and a real
+Prometheus scraping live roles evaluates them: quiet while all is well,
+pending once an agent stops and a settings file breaks."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from netskel.model import LAYERS
+from tests.helpers import catches_signal, wait_for
+from tests.test_metrics_scrape import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+PROM = ROOT / "deploy" / "prometheus"
+
+
+def tool(name: str) -> str:
+    exe = shutil.which(name)
+    if exe is None:
+        pytest.skip(f"{name} not installed (scripts/setup.sh installs Debian's prometheus)")
+    return exe
+
+
+def rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((PROM / "rules.yml").read_text())
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def test_promtool_accepts_the_scrape_config_and_its_rules():
+    res = subprocess.run([tool("promtool"), "check", "config", "prometheus.yml"], cwd=PROM,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"SUCCESS: {len(rules())} rules found" in res.stdout
+
+
+def test_each_alert_fires_when_its_unit_tests_say_and_the_tests_bite(tmp_path):
+    promtool = tool("promtool")
+    res = subprocess.run([promtool, "test", "rules", "rules_test.yml"], cwd=PROM,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # The same tests against rules with one threshold moved must fail:
+    # they pin when alerts fire, not only that the files parse.
+    shutil.copy(PROM / "rules_test.yml", tmp_path)
+    text = (PROM / "rules.yml").read_text()
+    moved = text.replace("< 0.9 * netskel_pinglist_targets", "< 0.8 * netskel_pinglist_targets")
+    assert moved != text
+    (tmp_path / "rules.yml").write_text(moved)
+    res = subprocess.run([promtool, "test", "rules", "rules_test.yml"], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert res.returncode != 0
+    assert "NetskelProbingCoverageLow" in res.stdout + res.stderr
+
+
+def _exported() -> dict[str, set[str]]:
+    """Each series name a role's registry exposes, with its label names."""
+    from analyzer import metrics as am
+    from controller import metrics as cm
+    from probe_agent import metrics as pm
+
+    out: dict[str, set[str]] = {}
+    regs: list[CollectorRegistry] = [am.REGISTRY, cm.REGISTRY, pm.REGISTRY]
+    for reg in regs:
+        for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+            for s in fam.samples:
+                out.setdefault(s.name, set()).update(s.labels)
+            # A family with no sample yet (a labelled counter before its
+            # first event) still names its series.
+            if fam.type == "counter":
+                out.setdefault(fam.name + "_total", set())
+            out.setdefault(fam.name, set())
+    return out
+
+
+def test_the_rules_read_only_series_the_roles_export_and_the_jobs_that_scrape_them():
+    exported = _exported()
+    jobs = {j["job_name"] for j in yaml.safe_load((PROM / "prometheus.yml").read_text())
+            ["scrape_configs"]}
+    assert jobs == {"netskel-controller", "netskel-analyzer", "netskel-agent"}
+    for rule in rules():
+        expr = rule["expr"]
+        names = set(re.findall(r"\b(netskel_[a-z_]+)\b", expr))
+        assert names or "up{" in expr, rule["alert"]
+        for name in names:
+            assert name in exported, f"{rule['alert']} reads {name}, which no role exports"
+        for label, value in re.findall(r'(\w+)=~?"([^"]*)"', expr):
+            if label == "job":
+                assert set(value.split("|")) <= jobs, rule["alert"]
+            elif label == "layer":
+                assert set(value.split("|")) <= set(LAYERS), rule["alert"]
+            else:
+                assert any(label in exported[n] for n in names), (rule["alert"], label)
+        for label in re.findall(r"by \(([^)]*)\)", expr):
+            for name in (x.strip() for x in label.split(",")):
+                assert name in ("job", "instance") or any(name in exported[n] for n in names)
+    # Every open-incident layer that is a network fault pages; the others warn.
+    by_name = {r["alert"]: r for r in rules()}
+    fault = re.search(r'layer=~"([^"]*)"', by_name["NetskelNetworkFault"]["expr"])
+    assert fault is not None
+    assert set(fault.group(1).split("|")) | {"agent", "unknown"} == set(LAYERS)
+
+
+def _api(port: int, path: str) -> Any:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/{path}", timeout=2) as r:
+            return json.loads(r.read())["data"]
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def roles(tmp_path, topo_file, topo_doc):
+    """A controller, an analyzer reading a settings file and one agent, as
+    real processes with their metrics ports."""
+    sock = f"unix:{tmp_path}/c.sock"
+    ports = {"controller": free_port(), "analyzer": free_port(), "agent": free_port()}
+    conf = tmp_path / "analyzer.toml"
+    conf.write_text("[analyzer]\npersist_windows = 3\n")
+    cli = [sys.executable, "-m", "netskel.cli"]
+    c = topo_doc["containers"][0]
+    procs = {
+        "controller": subprocess.Popen(cli + [
+            "controller", "--topology", str(topo_file), "--listen", sock, "--db",
+            str(tmp_path / "c.sqlite"), "--window", "2", "--heartbeat-ms", "200",
+            "--metrics-port", str(ports["controller"]), "--insecure"], cwd=ROOT),
+        "analyzer": subprocess.Popen(cli + [
+            "analyzer", "--config", str(conf), "--topology", str(topo_file), "--controller", sock,
+            "--listen", "127.0.0.1:0", "--metrics-port", str(ports["analyzer"]), "--insecure"],
+            cwd=ROOT),
+        "agent": subprocess.Popen(cli + [
+            "agent", "--controller", sock, "--container", c["id"], "--job", c["job"], "--host",
+            c["host"], "--rate", "20", "--metrics-port", str(ports["agent"]), "--insecure"]
+            + [x for e in c["endpoints"] for x in ("--endpoint", f"{e['id']},{e['nic']},{e['ip']},lo")],
+            cwd=ROOT)}
+    yield ports, procs, conf
+    for p in procs.values():
+        if p.poll() is None:
+            p.terminate()
+    for p in procs.values():
+        p.wait(timeout=10)
+
+
+def test_prometheus_evaluates_the_rules_on_live_roles(tmp_path, roles):
+    exe = tool("prometheus")
+    ports, procs, conf = roles
+    where = tmp_path / "prom"
+    (where / "targets").mkdir(parents=True)
+    shutil.copy(PROM / "rules.yml", where)
+    # The shipped config, with scrapes and evaluations every second.
+    (where / "prometheus.yml").write_text(
+        (PROM / "prometheus.yml").read_text().replace("15s", "1s"))
+    for role, file in (("controller", "controller"), ("analyzer", "analyzer"), ("agent", "agents")):
+        (where / "targets" / f"{file}.json").write_text(
+            json.dumps([{"targets": [f"127.0.0.1:{ports[role]}"]}]))
+    web = free_port()
+    prom = subprocess.Popen([exe, f"--config.file={where / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={where / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def targets_up() -> bool:
+            t = _api(web, "targets")
+            return t is not None and len(t["activeTargets"]) == 3 and \
+                all(x["health"] == "up" for x in t["activeTargets"])
+        wait_for(targets_up, 60, "Prometheus to scrape the three roles", poll=0.5)
+
+        def evaluated() -> list[dict[str, Any]]:
+            got = _api(web, "rules")
+            rs = [r for g in (got or {"groups": []})["groups"] for r in g["rules"]]
+            return rs if len(rs) == len(rules()) and all(
+                r["health"] == "ok" and not r["lastEvaluation"].startswith("0001")
+                for r in rs) else []
+        wait_for(evaluated, 60, "every rule evaluated without error", poll=0.5)
+
+        def health_alerts() -> list[tuple[str, str, str]]:
+            got = _api(web, "alerts") or {"alerts": []}
+            return sorted((a["labels"]["alertname"], a["labels"]["job"], a["state"])
+                          for a in got["alerts"]
+                          if a["labels"]["alertname"] in ("NetskelTargetDown",
+                                                          "NetskelConfigReloadFailed"))
+        # Scraped and evaluated with every role up and every file good: quiet.
+        wait_for(lambda: _api(web, "query?query=netskel_config_last_reload_successful")
+                 is not None, 10, "a query")
+        assert health_alerts() == []
+
+        # An agent stops and the analyzer's settings no longer read.
+        wait_for(lambda: catches_signal(procs["analyzer"].pid, signal.SIGHUP), 60,
+                 "the analyzer's SIGHUP handler")
+        conf.write_text("[analyzer]\npersist_windows = 'three'\n")
+        procs["analyzer"].send_signal(signal.SIGHUP)
+        procs["agent"].terminate()
+        procs["agent"].wait(timeout=10)
+        want = [("NetskelConfigReloadFailed", "netskel-analyzer", "pending"),
+                ("NetskelTargetDown", "netskel-agent", "pending")]
+        wait_for(lambda: health_alerts() == want, 60, "both alerts pending", poll=0.5)
+    finally:
+        prom.terminate()
+        prom.wait(timeout=10)
+
