@@ -98,6 +98,45 @@ def test_a_role_and_everything_it_mounts_live_in_the_netskel_namespace(name):
     assert all(d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "netskel"
                for d in docs)
 
+
+def test_the_operators_monitors_find_every_role_under_the_job_names_the_alerts_select():
+    """A ServiceMonitor's job is its Service's name; the PodMonitor names
+    its own. Both must find what the role overlays render."""
+    docs = render("monitoring")
+    (sm,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    (pm,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    jobs = {j["job_name"] for j in yaml.safe_load(
+        (ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]}
+    found = set()
+    for name in ("controller", "analyzer"):
+        for svc in (d for d in render(name) if d["kind"] == "Service"):
+            labels = svc["metadata"].get("labels", {})
+            if svc["metadata"]["namespace"] == sm["metadata"]["namespace"] and \
+                    sm["spec"]["selector"]["matchLabels"].items() <= labels.items():
+                assert {e["port"] for e in sm["spec"]["endpoints"]} <= \
+                    {p["name"] for p in svc["spec"]["ports"]}
+                found.add(svc["metadata"]["name"])
+    (worker,) = [d for d in render("agent-sidecar") if d["kind"] == "StatefulSet"]
+    pod = worker["spec"]["template"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (agent,) = [c for c in pod["spec"]["containers"] if c["name"] == "netskel-agent"]
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    (port,) = [p for p in agent["ports"] if p["name"] == ep["port"]]
+    assert ["--metrics-port", str(port["containerPort"])] == \
+        agent["args"][agent["args"].index("--metrics-port"):][:2]
+    # No other container of the pod shares the port's name (it would be scraped as an agent).
+    assert all(ep["port"] not in {p.get("name") for p in c.get("ports", [])}
+               for c in pod["spec"]["containers"] if c is not agent)
+    found |= {r["replacement"] for r in ep["relabelings"] if r["targetLabel"] == "job"}
+    assert found == jobs
+
+
+def test_the_operators_rules_are_the_alerts_of_deploy_prometheus():
+    docs = render("monitoring")
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    source = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yml").read_text())
+    assert rule["spec"] == source, "regenerate: python scripts/prometheus_rule.py"
+
 def test_image_builds_where_docker_runs():
     if shutil.which("docker") is None:
         pytest.skip("no docker client on this machine")
