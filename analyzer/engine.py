@@ -62,6 +62,26 @@ WEAK_CONFIDENCE = 0.5
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
 
 
+@dataclasses.dataclass
+class _Tally:
+    """One window's findings being taken (Analyzer._update_incidents): what
+    they are judged by, and what taking them has done so far."""
+
+    start: float
+    evidence: Mapping[Pair, dict[str, object]]
+    anomalous: Mapping[Pair, str]
+    strong: Container[Pair]
+    counts: tuple[np.ndarray, np.ndarray] | None
+    tail_only: Container[Pair]
+    before: dict[tuple[str, str], Streak]  # last window's streaks, for findings that moved
+    changed: list[Incident] = dataclasses.field(default_factory=list)
+    seen_keys: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    advanced: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # streaks counted
+    relapsing: set[str] = dataclasses.field(default_factory=set)  # incidents whose slowdown counted
+    # Loss incidents whose findings this window were not their fault.
+    faded: set[str] = dataclasses.field(default_factory=set)
+
+
 class Analyzer:
     def __init__(self, topo: Topology, cfg: AnalyzerConfig, grace_s: float = 3.0) -> None:
         self.topo = topo
@@ -670,154 +690,177 @@ class Analyzer:
         to tell a clean window from a quiet one. `strong`: pairs slow for most
         of the window; `tail_only`: pairs whose only anomaly is a slow tail."""
         self._note_twins(findings)
-        changed = []
-        seen_keys = set()
-        before = dict(streaks)  # last window's streaks, for findings that moved
-        advanced: set[tuple[str, str]] = set()  # streaks this window has counted
-        relapsing: set[str] = set()  # incidents whose slowdown this window has counted
-        faded: set[str] = set()  # loss incidents whose findings this window were not their fault
+        w = _Tally(start, evidence, anomalous, strong, counts, tail_only, before=dict(streaks))
         for f in findings:
-            key = (f.component.type, f.component.id)
-            # One incident per fault: a finding about pairs an open incident
-            # already holds refines that incident (a more certain component
-            # replaces its guess, id kept) or just keeps it open.
-            held = self._overlapping(f, open_map, key, anomalous)
-            own = open_map.get(key) or (open_map[held] if held is not None else None)
-            if own is not None and f.symptom == self.incidents[own].symptom == "loss" and \
-                    counts is not None and not self._still_lossy(self._as_refined(own, f), counts):
-                # A probe or two lost on a few of a loss incident's pairs,
-                # while its pairs together lose no more than healthy ones
-                # do: the fault is over (a spine back up; the odd healthy
-                # loss on a pair it crossed stands out only against the
-                # fault's own windows). Neither a finding nor a reason to
-                # keep the incident open.
-                faded.add(own)
-                continue
-            if own is not None and f.symptom == "latency" and own in self._clean and \
-                    not self._relapsed(own, f, strong, start, relapsing):
-                continue
-            if held is not None:
-                inc = self.incidents[open_map[held]]
-                seen_keys.add(held)
-                self._vote(inc, f)
-                if (outranks(f.component.type, inc.component.type)
-                        or self._widens(f, inc) or self._moves(f, inc)):
-                    log.warning("incident %s refined: %s %s -> %s %s", inc.id,
-                                inc.component.type, inc.component.id, f.component.type,
-                                f.component.id)
-                    inc.component, inc.layer = f.component, f.layer
-                    inc.confidence = reported(f)
-                    inc.evidence = {**f.evidence, "refined_from": {
-                        "type": held[0], "id": held[1]}}
-                    open_map[key] = open_map.pop(held)
-                    streaks.pop(held, None)
-                    seen_keys.add(key)
-                    inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
-                    inc.symptom = worst_symptom((inc.symptom, f.symptom))
-                # A vaguer finding only keeps the incident open: its other
-                # pairs are not this fault's.
-                changed.append(inc)
-                continue
-            seen_keys.add(key)
-            # The same fault may be named by another component from one window
-            # to the next (its link, then its switch when other pairs join):
-            # a streak follows the pairs, not the name.
-            st = (before.get(key)
-                  or continued(before, f.pairs, partial(self._may_follow, f, before))
-                  or Streak(0, start))
-            # A window slow for most of its length counts twice, except after
-            # windows that had only a slow tail: a tail then a slow window can
-            # be two short congestions of one switch, each of them benign.
-            double = (f.symptom == "latency" and any(p in strong for p in f.pairs)
-                      and (st.count == 0 or not st.tails))
-            count, first = st.count + (2 if double else 1), st.first
-            tails = st.tails and f.symptom == "latency" and all(p in tail_only for p in f.pairs)
-            pairs = frozenset(f.pairs)
-            guess = guessed(f)
-            anchor = st.anchor if guess else pairs
-            if key in advanced:
-                # One component named twice in one window (two sets of its
-                # links) is one window of evidence, not two: counted twice,
-                # an 18 s congestion over two windows opened an incident.
-                prev = streaks[key]
-                count, first = max(count, prev.count), min(first, prev.first)
-                tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
-                anchor = anchor | prev.anchor
-            advanced.add(key)
-            streaks[key] = Streak(count, first, tails, pairs, guess, anchor)
-            # A finding nothing explains (an endpoint guess), or one the votes
-            # barely favour (a link healthy pairs also cross, or one of
-            # indistinguishable twins), or a link beside a failing switch its
-            # pairs may cross, is weak evidence: it must hold a window longer
-            # than a clear one.
-            weak = (f.component.type == "endpoint" or f.confidence < WEAK_CONFIDENCE
-                    or self._beside_switch(f, findings))
-            need = persist(f.symptom) + (1 if weak else 0)
-            if (count < need or not self._lasted(f.symptom, first, start)) and \
-                    key not in open_map:
-                continue
-            ev = dict(f.evidence)
-            ev["windows"] = {f"{a}|{b}": evidence.get((a, b), {}) for a, b in f.pairs[:20]}
-            inc_id = open_map.get(key)
-            if inc_id is None:
-                self._seq += 1
-                inc = Incident(id=f"inc-{self._seq:06d}", start=first, end=None,
-                               symptom=f.symptom, layer=f.layer, component=f.component,
-                               pairs=list(f.pairs), confidence=reported(f), evidence=ev)
-                self.incidents[inc.id] = inc
-                open_map[key] = inc.id
-                self._vote(inc, f)
-                log.warning("incident %s opened: %s %s %s (%d pairs)", inc.id, f.symptom,
-                            f.component.type, f.component.id, len(f.pairs))
-            else:
-                inc = self.incidents[inc_id]
-                self._vote(inc, f)
-                inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
-                inc.confidence = max(inc.confidence, reported(f))
-                inc.symptom = worst_symptom((inc.symptom, f.symptom))
-                inc.evidence = ev
-            changed.append(inc)
+            self._take(f, findings, w, open_map, streaks, persist)
         for f in findings:
             if f.component.type == "agent" and open_map is self._open:
-                changed += self._absorb_into_agent(f, open_map, start)
-        for key in [k for k in streaks if k not in seen_keys]:
+                w.changed += self._absorb_into_agent(f, open_map, start)
+        for key in [k for k in streaks if k not in w.seen_keys]:
             del streaks[key]
-        for inc_id in [i for i in self._relapse if i not in relapsing]:
+        for inc_id in [i for i in self._relapse if i not in w.relapsing]:
             del self._relapse[inc_id]  # a slowdown in a row, or none
+        self._close_clean(w, observed, open_map)
+        return w.changed
+
+    def _take(self, f: Finding, findings: Sequence[Finding], w: _Tally,
+              open_map: dict[tuple[str, str], str], streaks: dict[tuple[str, str], Streak],
+              persist: Callable[[str], int]) -> None:
+        """One finding of the window: it refines or keeps open the incident
+        it belongs to, or advances its streak and, once that persisted,
+        opens one."""
+        key = (f.component.type, f.component.id)
+        # One incident per fault: a finding about pairs an open incident
+        # already holds refines that incident (a more certain component
+        # replaces its guess, id kept) or just keeps it open.
+        held = self._overlapping(f, open_map, key, w.anomalous)
+        own = open_map.get(key) or (open_map[held] if held is not None else None)
+        if own is not None and f.symptom == self.incidents[own].symptom == "loss" and \
+                w.counts is not None and not self._still_lossy(self._as_refined(own, f), w.counts):
+            # A probe or two lost on a few of a loss incident's pairs,
+            # while its pairs together lose no more than healthy ones
+            # do: the fault is over (a spine back up; the odd healthy
+            # loss on a pair it crossed stands out only against the
+            # fault's own windows). Neither a finding nor a reason to
+            # keep the incident open.
+            w.faded.add(own)
+            return
+        if own is not None and f.symptom == "latency" and own in self._clean and \
+                not self._relapsed(own, f, w.strong, w.start, w.relapsing):
+            return
+        if held is not None:
+            w.changed.append(self._refine(f, held, key, w, open_map, streaks))
+            return
+        w.seen_keys.add(key)
+        st = self._advance(f, key, w, streaks)
+        # A finding nothing explains (an endpoint guess), or one the votes
+        # barely favour (a link healthy pairs also cross, or one of
+        # indistinguishable twins), or a link beside a failing switch its
+        # pairs may cross, is weak evidence: it must hold a window longer
+        # than a clear one.
+        weak = (f.component.type == "endpoint" or f.confidence < WEAK_CONFIDENCE
+                or self._beside_switch(f, findings))
+        need = persist(f.symptom) + (1 if weak else 0)
+        if (st.count < need or not self._lasted(f.symptom, st.first, w.start)) and \
+                key not in open_map:
+            return
+        ev = dict(f.evidence)
+        ev["windows"] = {f"{a}|{b}": w.evidence.get((a, b), {}) for a, b in f.pairs[:20]}
+        inc_id = open_map.get(key)
+        if inc_id is None:
+            self._seq += 1
+            inc = Incident(id=f"inc-{self._seq:06d}", start=st.first, end=None,
+                           symptom=f.symptom, layer=f.layer, component=f.component,
+                           pairs=list(f.pairs), confidence=reported(f), evidence=ev)
+            self.incidents[inc.id] = inc
+            open_map[key] = inc.id
+            self._vote(inc, f)
+            log.warning("incident %s opened: %s %s %s (%d pairs)", inc.id, f.symptom,
+                        f.component.type, f.component.id, len(f.pairs))
+        else:
+            inc = self.incidents[inc_id]
+            self._vote(inc, f)
+            inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
+            inc.confidence = max(inc.confidence, reported(f))
+            inc.symptom = worst_symptom((inc.symptom, f.symptom))
+            inc.evidence = ev
+        w.changed.append(inc)
+
+    def _refine(self, f: Finding, held: tuple[str, str], key: tuple[str, str], w: _Tally,
+                open_map: dict[tuple[str, str], str], streaks: dict[tuple[str, str], Streak]
+                ) -> Incident:
+        """The open incident `held` names, kept open by a finding about its
+        pairs, and renamed after it where the finding is the surer or
+        better name for the same fault (id kept)."""
+        inc = self.incidents[open_map[held]]
+        w.seen_keys.add(held)
+        self._vote(inc, f)
+        if (outranks(f.component.type, inc.component.type)
+                or self._widens(f, inc) or self._moves(f, inc)):
+            log.warning("incident %s refined: %s %s -> %s %s", inc.id,
+                        inc.component.type, inc.component.id, f.component.type,
+                        f.component.id)
+            inc.component, inc.layer = f.component, f.layer
+            inc.confidence = reported(f)
+            inc.evidence = {**f.evidence, "refined_from": {"type": held[0], "id": held[1]}}
+            open_map[key] = open_map.pop(held)
+            streaks.pop(held, None)
+            w.seen_keys.add(key)
+            inc.pairs = sorted(set(inc.pairs) | set(f.pairs))
+            inc.symptom = worst_symptom((inc.symptom, f.symptom))
+        # A vaguer finding only keeps the incident open: its other
+        # pairs are not this fault's.
+        return inc
+
+    def _advance(self, f: Finding, key: tuple[str, str], w: _Tally,
+                 streaks: dict[tuple[str, str], Streak]) -> Streak:
+        """The finding's streak, one window longer."""
+        # The same fault may be named by another component from one window
+        # to the next (its link, then its switch when other pairs join):
+        # a streak follows the pairs, not the name.
+        st = (w.before.get(key)
+              or continued(w.before, f.pairs, partial(self._may_follow, f, w.before))
+              or Streak(0, w.start))
+        # A window slow for most of its length counts twice, except after
+        # windows that had only a slow tail: a tail then a slow window can
+        # be two short congestions of one switch, each of them benign.
+        double = (f.symptom == "latency" and any(p in w.strong for p in f.pairs)
+                  and (st.count == 0 or not st.tails))
+        count, first = st.count + (2 if double else 1), st.first
+        tails = st.tails and f.symptom == "latency" and all(p in w.tail_only for p in f.pairs)
+        pairs = frozenset(f.pairs)
+        guess = guessed(f)
+        anchor = st.anchor if guess else pairs
+        if key in w.advanced:
+            # One component named twice in one window (two sets of its
+            # links) is one window of evidence, not two: counted twice,
+            # an 18 s congestion over two windows opened an incident.
+            prev = streaks[key]
+            count, first = max(count, prev.count), min(first, prev.first)
+            tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
+            anchor = anchor | prev.anchor
+        w.advanced.add(key)
+        streaks[key] = Streak(count, first, tails, pairs, guess, anchor)
+        return streaks[key]
+
+    def _close_clean(self, w: _Tally, observed: Container[Pair],
+                     open_map: dict[tuple[str, str], str]) -> None:
+        """Open incidents no finding spoke for this window, whose pairs were
+        seen: closed after close_windows clean windows in a row."""
         # A stopped agent's pairs fail for that reason alone: they keep its
         # own incident open, not one a network finding opened on them the
         # window it stopped.
         gone = self.dead | self._silent
         for key, inc_id in list(open_map.items()):
-            if key in seen_keys:
+            if key in w.seen_keys:
                 self._clean.pop(inc_id, None)
                 continue
             inc = self.incidents[inc_id]
             seen = [p for p in inc.pairs if p in observed]
             stopped = gone if inc.component.type != "agent" else set()
-            if seen and (inc_id in faded or not self._shows(inc, anomalous, stopped)):
-                if counts is not None and inc.symptom == "loss" and \
-                        self._still_lossy(inc, counts, stopped):
-                    # Losses short of significance, but more than the pairs'
-                    # healthy rates explain: a weak fault between detections,
-                    # not its end.
-                    self._clean.pop(inc_id, None)
-                    continue
-                # Closed after close_windows clean windows in a row: a weak
-                # fault (a link losing 2 % of a few flows) skips windows.
-                first_clean = self._clean.setdefault(inc_id, (0, start))
-                n = first_clean[0] + 1
-                self._clean[inc_id] = (n, first_clean[1])
-                if n < self.cfg.close_windows:
-                    continue
-                inc.end = (self._read_end(inc, first_clean[1] - self._window_len)
-                           if open_map is self._open else first_clean[1])
-                del open_map[key]
+            if not seen or (inc_id not in w.faded and self._shows(inc, w.anomalous, stopped)):
+                continue
+            if w.counts is not None and inc.symptom == "loss" and \
+                    self._still_lossy(inc, w.counts, stopped):
+                # Losses short of significance, but more than the pairs'
+                # healthy rates explain: a weak fault between detections,
+                # not its end.
                 self._clean.pop(inc_id, None)
-                self._votes.pop(inc_id, None)
-                changed.append(inc)
-                log.warning("incident %s closed", inc.id)
-        return changed
+                continue
+            # Closed after close_windows clean windows in a row: a weak
+            # fault (a link losing 2 % of a few flows) skips windows.
+            first_clean = self._clean.setdefault(inc_id, (0, w.start))
+            n = first_clean[0] + 1
+            self._clean[inc_id] = (n, first_clean[1])
+            if n < self.cfg.close_windows:
+                continue
+            inc.end = (self._read_end(inc, first_clean[1] - self._window_len)
+                       if open_map is self._open else first_clean[1])
+            del open_map[key]
+            self._clean.pop(inc_id, None)
+            self._votes.pop(inc_id, None)
+            w.changed.append(inc)
+            log.warning("incident %s closed", inc.id)
 
     def _absorb_into_agent(self, f: Finding, open_map: dict[tuple[str, str], str], start: float
                            ) -> list[Incident]:
