@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # chromium renders the web page in its end-to-end test; prometheus (and its
-# promtool) checks, unit-tests and evaluates deploy/prometheus's alerts.
+# promtool) checks, unit-tests and evaluates deploy/prometheus's alerts, in
+# the tests, the testbed and the demo.
 pkgs=(openvswitch-switch ethtool iptables nftables iproute2 iputils-ping chromium prometheus)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -15,6 +15,7 @@ from netskel.errors import NetskelError
 from testbed import faults
 from testbed.deploy import Deployment
 from testbed.layout import Layout
+from testbed.prometheus import Prometheus, prometheus_available
 
 LINK_FAULTS = ("link-down", "loss", "mtu", "queue")
 
@@ -32,12 +33,27 @@ def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def show_alerts(prom: Prometheus, t_fault: float, wait_s: float = 15.0) -> None:
+    """What the network team's Prometheus says: netskel's alerts firing
+    once the analyzer's gauges carry the incident (scraped every second)."""
+    deadline = time.monotonic() + wait_s
+    while not (alerts := [x for x in prom.alerts() if x["state"] == "firing"]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
+    say(f"Prometheus after {time.time() - t_fault:.0f}s: "
+        + ("; ".join(f"{x['labels']['alertname']} firing ({x['labels'].get('severity')}): "
+                     f"{x['annotations'].get('summary', '')}" for x in alerts)
+           or f"no alert firing within {wait_s:.0f} s"))
+
+
 def run_demo(a: argparse.Namespace) -> int:
     preflight()
     lay = Layout(hosts=a.hosts, rails=a.rails, hosts_per_tor=max(1, a.hosts // 2))
-    with Deployment(lay, window_s=a.window) as d:
+    with Deployment(lay, window_s=a.window, with_prometheus=prometheus_available()) as d:
         say(f"cluster {d.cluster.prefix}: {lay.hosts} hosts x {lay.rails} rails, "
             f"{lay.tors_per_rail * lay.rails} ToRs, {lay.spines} spines; run dir {d.cluster.run_dir}")
+        say(f"Prometheus with netskel's alerts at {d.prometheus.url}" if d.prometheus else
+            "no prometheus here (scripts/setup.sh installs it): alerts not shown")
         d.start_agents()
         say(f"{lay.hosts} agents started; waiting for a healthy {a.window}s window on every pair")
         t_ok = d.wait_all_ok(timeout=6 * a.window + 30)
@@ -89,6 +105,8 @@ def run_demo(a: argparse.Namespace) -> int:
                   else "  (* = the pair whose flow the fault breaks)")
             for inc in resp.incidents:
                 print(json.dumps(serde.incident_from_pb(inc).to_doc(), indent=1)[:1500])
+            if d.prometheus is not None:
+                show_alerts(d.prometheus, t_fault)
             if a.keep:
                 port = d.analyzer.ports[0] if d.analyzer else 0
                 say(f"cluster kept; NetDiag at 127.0.0.1:{port} (Ctrl-C to remove; "

@@ -8,10 +8,14 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 import grpc
+from prometheus_client import start_http_server
 
+from analyzer import metrics as analyzer_metrics
 from analyzer.server import RunningAnalyzer, start_analyzer
+from controller import metrics as controller_metrics
 from controller.server import RunningController, start_controller
 from netskel.api.v1 import common_pb2 as cpb
 from netskel.api.v1 import netdiag_pb2 as dpb
@@ -20,6 +24,7 @@ from netskel.config import AnalyzerConfig, ControllerConfig
 from netskel.model import pair_key
 from testbed.cluster import Cluster, create_cluster
 from testbed.layout import Layout
+from testbed.prometheus import Prometheus, start_prometheus
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +34,16 @@ class Deployment:
     layout: Layout
     window_s: int = 10
     agent_args: tuple[str, ...] = ()  # more agent flags (after the testbed's; the later wins)
+    # A real Prometheus scraping the controller and analyzer with the
+    # shipped alerts (testbed/prometheus.py); their /metrics on loopback.
+    with_prometheus: bool = False
     cluster: Cluster = field(init=False)
     controller: RunningController | None = None
     analyzer: RunningAnalyzer | None = None
     agents: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     channel: grpc.Channel | None = None
+    prometheus: Prometheus | None = None
+    _metrics_servers: list[Any] = field(default_factory=list)
 
     def __enter__(self) -> Deployment:
         self.cluster = create_cluster(self.layout)
@@ -47,6 +57,8 @@ class Deployment:
                 latency_min_shift_us=300.0, latency_rel_shift=0.5, web_listen="127.0.0.1:0"),
                 skeleton=self._skeleton)
             self.channel = grpc.insecure_channel(f"127.0.0.1:{self.analyzer.ports[0]}")
+            if self.with_prometheus:
+                self._start_prometheus()
         except BaseException:
             self.close()
             raise
@@ -55,6 +67,17 @@ class Deployment:
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+    def _start_prometheus(self) -> None:
+        """The roles' own registries on loopback ports, as `--metrics-port`
+        serves them (they run in this process), and Prometheus on them."""
+        targets = {}
+        for job, registry in (("netskel-controller", controller_metrics.REGISTRY),
+                              ("netskel-analyzer", analyzer_metrics.REGISTRY)):
+            server, _thread = start_http_server(0, "127.0.0.1", registry)
+            self._metrics_servers.append(server)
+            targets[job] = [f"127.0.0.1:{server.server_port}"]
+        self.prometheus = start_prometheus(self.cluster.run_dir, targets, self.cluster.created)
 
     def _skeleton(self) -> dict[str, object]:
         return self.controller.state.skeleton_view() if self.controller is not None else {}
@@ -81,6 +104,11 @@ class Deployment:
         p.wait()
 
     def close(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        for server in self._metrics_servers:
+            server.shutdown()
+            server.server_close()
         if self.channel is not None:
             self.channel.close()
         for p in self.agents.values():

@@ -37,8 +37,8 @@ def _testbed_missing() -> str | None:
 
     if os.geteuid() != 0:
         return "the namespace testbed needs root"
-    missing = [b for b in ("ip", "ovs-vswitchd", "ovsdb-server", "nft", "ethtool", "tc", "ping")
-               if shutil.which(b) is None]
+    missing = [b for b in ("ip", "ovs-vswitchd", "ovsdb-server", "nft", "ethtool", "tc", "ping",
+                           "prometheus") if shutil.which(b) is None]
     return f"testbed tools missing: {', '.join(missing)} (scripts/setup.sh installs them)" \
         if missing else None
 

@@ -50,7 +50,7 @@ DSCP = 26
 def dep():
     # Probes in the class of the job's RDMA traffic, as production would run them.
     with Deployment(Layout(hosts=4, rails=2, hosts_per_tor=2, spines=2), window_s=WINDOW_S,
-                    agent_args=("--dscp", str(DSCP))) as d:
+                    agent_args=("--dscp", str(DSCP)), with_prometheus=True) as d:
         yield d
 
 
@@ -181,12 +181,21 @@ def test_link_down_is_fault_for_crossing_pairs_ok_for_others(dep):
         if others:
             alone = dep.diagnose([others[0]], since=t_fault)
             assert alone.verdict == dpb.NETWORK_OK
+        # The network team's view: Prometheus, scraping the analyzer with the
+        # shipped rules, fires the page for an underlay fault.
+        prom = dep.prometheus
+        assert prom is not None
+        (fired,) = wait_for(lambda: prom.firing("NetskelNetworkFault"), 20,
+                            "Prometheus to fire NetskelNetworkFault", poll=0.5)
+        assert fired["layer"] == "underlay" and fired["severity"] == "critical", fired
     finally:
         undo()
     with _open_incidents_on_failure(dep):
         closed = wait_for(lambda: (r := dep.netdiag.ListIncidents(dpb.ListIncidentsRequest()))
                           .incidents and all(i.HasField("end") for i in r.incidents) and r,
                           CLOSE_BUDGET_S, "the incident to close once the link is back", poll=1)
+    wait_for(lambda: not prom.firing("NetskelNetworkFault"), 20,
+             "the alert to resolve once the incident closed", poll=0.5)
     dep.wait_all_ok(timeout=60, since=max(i.end for i in closed.incidents))
 
 
