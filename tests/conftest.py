@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,17 @@ def topo_file(tmp_path: Path, topo_doc: dict[str, Any]) -> Path:
 
 def _testbed_missing() -> str | None:
     import os
-    import shutil
 
     if os.geteuid() != 0:
         return "the namespace testbed needs root"
-    missing = [b for b in ("ip", "ovs-vswitchd", "ovsdb-server", "nft", "ethtool", "tc", "ping",
-                           "prometheus") if shutil.which(b) is None]
+    missing = [b for b in ("ip", "ovs-vswitchd", "ovsdb-server", "nft", "ethtool", "tc", "ping")
+               if shutil.which(b) is None]
     return f"testbed tools missing: {', '.join(missing)} (scripts/setup.sh installs them)" \
         if missing else None
 
 
 requires_testbed = pytest.mark.skipif(_testbed_missing() is not None,
                                       reason=_testbed_missing() or "")
+requires_prometheus = pytest.mark.skipif(
+    shutil.which("prometheus") is None,
+    reason="prometheus missing (scripts/setup.sh installs Debian's)")

@@ -26,10 +26,10 @@ from netskel.config import AnalyzerConfig
 from testbed import faults
 from testbed.deploy import Deployment
 from testbed.layout import Layout
-from tests.conftest import requires_testbed
+from tests.conftest import requires_prometheus, requires_testbed
 from tests.helpers import chromium, render_page, wait_for
 
-pytestmark = [requires_testbed, pytest.mark.testbed]
+pytestmark = [requires_testbed, requires_prometheus, pytest.mark.testbed]
 WINDOW_S = 10
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
