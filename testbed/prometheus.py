@@ -9,6 +9,7 @@ The process is recorded in the cluster's created.json (its PID), so
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from testbed.sh import Created
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "deploy" / "prometheus"
 START_TIMEOUT_S = 30.0
+EVERY_SECOND = re.compile(r"\b(scrape_interval|evaluation_interval): \S+")
 
 
 def prometheus_available() -> bool:
@@ -78,8 +80,8 @@ def start_prometheus(run_dir: Path, targets: dict[str, list[str]], created: Crea
     where = run_dir / "prometheus"
     (where / "targets").mkdir(parents=True)
     shutil.copy(SHIPPED / "rules.yml", where)
-    (where / "prometheus.yml").write_text(
-        (SHIPPED / "prometheus.yml").read_text().replace("15s", "1s"))
+    (where / "prometheus.yml").write_text(EVERY_SECOND.sub(
+        r"\1: 1s", (SHIPPED / "prometheus.yml").read_text()))
     files = {"netskel-controller": "controller", "netskel-analyzer": "analyzer",
              "netskel-agent": "agents"}
     for job, name in files.items():

@@ -6,13 +6,11 @@ pending once an agent stops and a settings file breaks."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netskel.model import LAYERS
+from testbed.prometheus import start_prometheus
+from testbed.sh import Created
 from tests.helpers import catches_signal, wait_for
 from tests.test_metrics_scrape import free_port
 
@@ -114,14 +114,6 @@ def test_the_rules_read_only_series_the_roles_export_and_the_jobs_that_scrape_th
     assert set(fault.group(1).split("|")) | {"agent", "unknown"} == set(LAYERS)
 
 
-def _api(port: int, path: str) -> Any:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/{path}", timeout=2) as r:
-            return json.loads(r.read())["data"]
-    except OSError:
-        return None
-
-
 @pytest.fixture
 def roles(tmp_path, topo_file, topo_doc):
     """A controller, an analyzer reading a settings file and one agent, as
@@ -155,31 +147,18 @@ def roles(tmp_path, topo_file, topo_doc):
 
 
 def test_prometheus_evaluates_the_rules_on_live_roles(tmp_path, roles):
-    exe = tool("prometheus")
+    tool("prometheus")
     ports, procs, conf = roles
-    where = tmp_path / "prom"
-    (where / "targets").mkdir(parents=True)
-    shutil.copy(PROM / "rules.yml", where)
-    # The shipped config, with scrapes and evaluations every second.
-    (where / "prometheus.yml").write_text(
-        (PROM / "prometheus.yml").read_text().replace("15s", "1s"))
-    for role, file in (("controller", "controller"), ("analyzer", "analyzer"), ("agent", "agents")):
-        (where / "targets" / f"{file}.json").write_text(
-            json.dumps([{"targets": [f"127.0.0.1:{ports[role]}"]}]))
-    web = free_port()
-    prom = subprocess.Popen([exe, f"--config.file={where / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={where / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The shipped config and rules, scraping and evaluating every second
+    # (testbed/prometheus.py, as the testbed and the demo run it); it
+    # returns once the three roles are scraped.
+    prom = start_prometheus(tmp_path, {
+        "netskel-controller": [f"127.0.0.1:{ports['controller']}"],
+        "netskel-analyzer": [f"127.0.0.1:{ports['analyzer']}"],
+        "netskel-agent": [f"127.0.0.1:{ports['agent']}"]}, Created(str(tmp_path / "pids.json")))
     try:
-        def targets_up() -> bool:
-            t = _api(web, "targets")
-            return t is not None and len(t["activeTargets"]) == 3 and \
-                all(x["health"] == "up" for x in t["activeTargets"])
-        wait_for(targets_up, 60, "Prometheus to scrape the three roles", poll=0.5)
-
         def evaluated() -> list[dict[str, Any]]:
-            got = _api(web, "rules")
+            got = prom.api("rules")
             rs = [r for g in (got or {"groups": []})["groups"] for r in g["rules"]]
             return rs if len(rs) == len(rules()) and all(
                 r["health"] == "ok" and not r["lastEvaluation"].startswith("0001")
@@ -187,14 +166,11 @@ def test_prometheus_evaluates_the_rules_on_live_roles(tmp_path, roles):
         wait_for(evaluated, 60, "every rule evaluated without error", poll=0.5)
 
         def health_alerts() -> list[tuple[str, str, str]]:
-            got = _api(web, "alerts") or {"alerts": []}
             return sorted((a["labels"]["alertname"], a["labels"]["job"], a["state"])
-                          for a in got["alerts"]
+                          for a in prom.alerts()
                           if a["labels"]["alertname"] in ("NetskelTargetDown",
                                                           "NetskelConfigReloadFailed"))
         # Scraped and evaluated with every role up and every file good: quiet.
-        wait_for(lambda: _api(web, "query?query=netskel_config_last_reload_successful")
-                 is not None, 10, "a query")
         assert health_alerts() == []
 
         # An agent stops and the analyzer's settings no longer read.
@@ -208,6 +184,5 @@ def test_prometheus_evaluates_the_rules_on_live_roles(tmp_path, roles):
                 ("NetskelTargetDown", "netskel-agent", "pending")]
         wait_for(lambda: health_alerts() == want, 60, "both alerts pending", poll=0.5)
     finally:
-        prom.terminate()
-        prom.wait(timeout=10)
+        prom.stop()
 
