@@ -8,7 +8,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 from prometheus_client import start_http_server
@@ -43,7 +43,7 @@ class Deployment:
     agents: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     channel: grpc.Channel | None = None
     prometheus: Prometheus | None = None
-    _metrics_servers: list[Any] = field(default_factory=list)
+    _metrics_servers: list[WSGIServer] = field(default_factory=list)
 
     def __enter__(self) -> Deployment:
         self.cluster = create_cluster(self.layout)
