@@ -247,9 +247,14 @@ class Analyzer:
                      **{v: "drift" for v in self._open_drift.values()}}
             self._store.save([(i, where.get(i.id, "")) for i in changed.values()], self._seq,
                              removed)
-        open_by_layer = Counter(i.layer for i in self.incidents.values() if i.end is None)
+        open_now = [i for i in self.incidents.values() if i.end is None]
+        open_by_layer = Counter(i.layer for i in open_now)
         for layer in LAYERS:
             metrics.INCIDENTS_OPEN.labels(layer=layer).set(open_by_layer[layer])
+        metrics.OPEN_INCIDENTS.set(
+            ((i.id, i.layer, i.symptom, i.component.type, i.component.id,
+              ",".join(map(str, i.evidence.get("indistinguishable_from") or ()))), i.confidence)
+            for i in open_now)
         return list(changed.values()) + gone
 
     def attach_store(self, store: IncidentStore) -> None:

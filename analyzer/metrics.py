@@ -1,11 +1,16 @@
 """The analyzer's Prometheus metrics, in its own registry: an analyzer
 process exports these and its process figures, nothing of other roles.
 
-Label sets are bounded: stream names and layers, never a probe pair."""
+Label sets are bounded: stream names, layers, and the open incidents'
+components (a handful at a time, at most the fabric's), never a probe pair."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from netskel.metrics import config_gauges, process_registry
 from netskel.model import LAYERS
@@ -28,3 +33,32 @@ STREAM_OVERFLOWS = Counter("netskel_stream_overflows_total",
                            "Incident watches whose client fell too far behind and were cut off",
                            ["stream"], registry=REGISTRY)
 STREAM_OVERFLOWS.labels(stream="incidents")  # at 0 from the start, as the controller's
+
+
+class OpenIncidents(Collector):
+    """One series per open incident, its value the incident's confidence and
+    its labels what it blames: an alert then names the link, switch, NIC,
+    rule, host or agent in its own text, one alert per fault, and resolves
+    when the incident closes. The engine hands over the open set after each
+    tick; a scrape reads the last one whole."""
+
+    LABELS = ("incident", "layer", "symptom", "component_type", "component", "as_likely")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._rows: tuple[tuple[tuple[str, ...], float], ...] = ()
+        registry.register(self)
+
+    def set(self, rows: Iterable[tuple[tuple[str, ...], float]]) -> None:
+        self._rows = tuple(rows)
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "netskel_incident_open",
+            "Each open incident, valued at its confidence; `as_likely`: components the "
+            "probes cannot tell from the one named", labels=self.LABELS)
+        for labels, value in self._rows:
+            family.add_metric(labels, value)
+        yield family
+
+
+OPEN_INCIDENTS = OpenIncidents(REGISTRY)

@@ -101,22 +101,37 @@ def test_loss_opens_then_recovery_closes(engine):
 
 def test_open_incidents_are_exported_per_layer_and_drop_back_when_closed(engine):
     """An alert on one layer's open incidents reads its own series: present
-    at 0 before anything happens, 1 while the link incident is open, 0 after."""
+    at 0 before anything happens, 1 while the link incident is open, 0 after;
+    the incident's own series lives exactly as long as it is open."""
     from analyzer.metrics import REGISTRY
 
     def open_in(layer):
         return REGISTRY.get_sample_value("netskel_incidents_open", {"layer": layer})
 
+    def each_open():
+        return [s for m in REGISTRY.collect() if m.name == "netskel_incident_open"
+                for s in m.samples]
+
     feed(engine, 0)
     assert open_in("underlay") == 0 and open_in("agent") == 0
+    assert each_open() == []
     opened = feed(engine, 1, bad=of_endpoint(0))
     assert [i.layer for i in opened] == ["underlay"]
     assert open_in("underlay") == 1 and open_in("overlay") == 0 and open_in("nic") == 0
+    # ... and each open incident as its own series, naming what it blames,
+    # so an alert's text can say which link.
+    (inc,) = opened
+    (s,) = each_open()
+    assert s.labels == {"incident": inc.id, "layer": "underlay", "symptom": inc.symptom,
+                        "component_type": inc.component.type, "component": inc.component.id,
+                        "as_likely": ""}
+    assert s.value == inc.confidence
     n = engine.cfg.close_windows
     for k in range(2, 2 + n):
         feed(engine, k)
     assert engine.list_incidents()[0].end is not None
     assert open_in("underlay") == 0
+    assert each_open() == []
 
 
 def test_weak_loss_between_detections_keeps_its_incident_open(engine):
@@ -539,6 +554,11 @@ def test_losses_accuse_the_routes_they_took_not_the_last_traced_one(engine):
     twins = changed[0].evidence.get("indistinguishable_from")
     assert twins and all(LAY.spine(0) in t for t in twins), changed[0].evidence
     assert changed[0].confidence <= 0.5
+    # An alert on the incident's series names the twin beside the link.
+    from analyzer.metrics import REGISTRY
+    (s,) = [s for m in REGISTRY.collect() if m.name == "netskel_incident_open" for s in m.samples
+            if s.labels["incident"] == changed[0].id]
+    assert s.labels["as_likely"] == ",".join(twins)
 
 
 def test_a_route_is_slow_against_the_pairs_fastest_route_not_its_median(engine):

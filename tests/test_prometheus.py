@@ -72,7 +72,9 @@ def _exported() -> dict[str, set[str]]:
     from controller import metrics as cm
     from probe_agent import metrics as pm
 
-    out: dict[str, set[str]] = {}
+    # One series per open incident: none while nothing is open, so its
+    # labels are the ones the collector declares.
+    out: dict[str, set[str]] = {"netskel_incident_open": set(am.OpenIncidents.LABELS)}
     regs: list[CollectorRegistry] = [am.REGISTRY, cm.REGISTRY, pm.REGISTRY]
     for reg in regs:
         for fam in text_string_to_metric_families(generate_latest(reg).decode()):
@@ -104,9 +106,16 @@ def test_the_rules_read_only_series_the_roles_export_and_the_jobs_that_scrape_th
                 assert set(value.split("|")) <= set(LAYERS), rule["alert"]
             else:
                 assert any(label in exported[n] for n in names), (rule["alert"], label)
-        for label in re.findall(r"by \(([^)]*)\)", expr):
-            for name in (x.strip() for x in label.split(",")):
-                assert name in ("job", "instance") or any(name in exported[n] for n in names)
+        kept = {"job", "instance"} | {n.strip() for by in re.findall(r"by \(([^)]*)\)", expr)
+                                       for n in by.split(",")}
+        for name in kept - {"job", "instance"}:
+            assert any(name in exported[n] for n in names), (rule["alert"], name)
+        # The alert's text reads labels its series carry (aggregations keep only theirs).
+        if "by (" not in expr:
+            kept |= {label for n in names for label in exported[n]}
+        for text in rule["annotations"].values():
+            for label in re.findall(r"\$labels\.(\w+)", text):
+                assert label in kept, (rule["alert"], label)
     # Every open-incident layer that is a network fault pages; the others warn.
     by_name = {r["alert"]: r for r in rules()}
     fault = re.search(r'layer=~"([^"]*)"', by_name["NetskelNetworkFault"]["expr"])

@@ -182,12 +182,14 @@ def test_link_down_is_fault_for_crossing_pairs_ok_for_others(dep):
             alone = dep.diagnose([others[0]], since=t_fault)
             assert alone.verdict == dpb.NETWORK_OK
         # The network team's view: Prometheus, scraping the analyzer with the
-        # shipped rules, fires the page for an underlay fault.
+        # shipped rules, pages for this incident and names its link.
         prom = dep.prometheus
         assert prom is not None
-        (fired,) = wait_for(lambda: prom.firing("NetskelNetworkFault"), 20,
-                            "Prometheus to fire NetskelNetworkFault", poll=0.5)
-        assert fired["layer"] == "underlay" and fired["severity"] == "critical", fired
+        (fired,) = wait_for(lambda: [a for a in prom.firing("NetskelNetworkFault")
+                                     if a["incident"] == inc.id], 20,
+                            "Prometheus to fire NetskelNetworkFault for the incident", poll=0.5)
+        assert fired["severity"] == "critical" and fired["layer"] == "underlay", fired
+        assert fired["component_type"] == "link" and fired["component"] == inc.component.id
     finally:
         undo()
     with _open_incidents_on_failure(dep):
