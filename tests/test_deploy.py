@@ -84,7 +84,6 @@ def test_services_are_probed_and_speak_tls_and_agent_sidecar_has_what_it_needs(
         "netskel://agent/${POD_NAME}"
 
 
-
 @pytest.mark.parametrize("name", ["controller", "analyzer"])
 def test_a_role_and_everything_it_mounts_live_in_the_netskel_namespace(name):
     """A Deployment reads ConfigMaps, Secrets and claims of its own
@@ -136,6 +135,7 @@ def test_the_operators_rules_are_the_alerts_of_deploy_prometheus():
     (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
     source = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yml").read_text())
     assert rule["spec"] == source, "regenerate: python scripts/prometheus_rule.py"
+
 
 def test_image_builds_where_docker_runs():
     if shutil.which("docker") is None:
