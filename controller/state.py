@@ -403,7 +403,26 @@ class ControllerState:
                                          "try again") for pair in asked.pop(cid)]
             if not pending.waiting:
                 pending.done.set()
+            self._wake_switch_readers(check_id, orders)
             return check_id, unchecked
+
+    def _wake_switch_readers(self, check_id: str, orders: dict[str, list[Target]]) -> None:
+        """Each overlay path a check traces ends in its target host's switch
+        table: one connected agent on every target host no prober runs on
+        gets an order with no targets, which only makes it read its switch
+        now. Nobody waits for an answer to it."""
+        hosts = {self.regs[cid].host for cid in orders if cid in self.regs}
+        for target in (t for ts in orders.values() for t in ts):
+            cid = self._owner.get(target.dst)
+            reg = self.regs.get(cid) if cid is not None else None
+            if cid is None or reg is None or reg.host in hosts or not self._list_subs.get(cid):
+                continue
+            hosts.add(reg.host)
+            wake = ListUpdate(version=self.versions.get(cid, 0), full=False,
+                              diff=ListDiff(upsert=(), remove=()),
+                              check=CheckOrder(check_id, (), 0.0, 0.0))
+            for q in self._list_subs[cid]:
+                q.offer(wake)
 
     def accept_check(self, container: str, check_id: str, windows: Sequence[WindowStats]
                      ) -> tuple[int, int]:

@@ -375,9 +375,11 @@ printf 'n_bytes=0, priority=100,ip,nw_dst=192.168.10.9 actions=output:1\\n'
 def test_an_active_check_reads_the_switch_at_once(topo_doc, tmp_path, sock, topo_file,
                                                   monkeypatch):
     """The guide's "dumps the virtual switch's flow tables on request": an
-    active check wakes the probing agent's switch reader, so the check's
-    overlay trace reads the table of the moment, not one up to an interval
-    old. Here the interval is an hour: only the check can bring a table."""
+    active check wakes the switch readers of the probing agent's host and of
+    its target's (each overlay path ends in the target host's table), so the
+    check's overlay trace reads the tables of the moment, not ones up to an
+    interval old. Here the interval is an hour: only the check can bring a
+    table."""
     from netskel.api.v1 import common_pb2 as cpb
     from probe_agent.metrics import REGISTRY
 
@@ -415,8 +417,10 @@ def test_an_active_check_reads_the_switch_at_once(topo_doc, tmp_path, sock, topo
         resp = stub.ActiveCheck(pb.ActiveCheckRequest(pairs=[cpb.EndpointPair(a=e0, b=e1)],
                                                       duration_s=0.5), timeout=20)
         assert list(resp.unchecked) == [] and resp.windows
-        wait_for(lambda: dumps, 20, "a switch table from the check")
-        assert (reads("interval"), reads("check") - before[1]) == (before[0], 1)
+        hosts = {topo_doc["containers"][h]["host"] for h in (0, 1)}
+        wait_for(lambda: set(dumps) == hosts, 20, "both hosts' switch tables from the check")
+        assert (reads("interval"), reads("check") - before[1]) == (before[0], 2)
+        assert sorted(dumps) == sorted(hosts)  # one read each
     finally:
         stream.cancel()
         channel.close()

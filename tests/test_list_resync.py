@@ -93,3 +93,46 @@ def test_a_check_order_its_stream_refused_is_named_at_once(topo_doc: dict[str, A
     # Nothing to wait for: even without waiting, no prober is still due.
     windows, silent, missing = state.wait_check(check_id, 0.0)
     assert windows == [] and silent == [] and missing == []
+
+
+class Keeping:
+    """A stream's mailbox that takes everything."""
+
+    def __init__(self) -> None:
+        self.items: list[ListUpdate] = []
+
+    def offer(self, item: ListUpdate) -> bool:
+        self.items.append(item)
+        return True
+
+
+def test_a_check_wakes_one_switch_reader_on_each_target_host_and_waits_for_none(
+        topo_doc: dict[str, Any]) -> None:
+    """Each overlay path a check traces ends in its target host's table: one
+    agent there gets an order with no targets (read your switch now); the
+    prober's own host needs none, and the check waits only for the prober."""
+    topo = parse_topology(topo_doc)
+    state = registered_state(topo, ready=True)
+    me = sorted(state.lists)[0]
+    mailboxes = {cid: Keeping() for cid in state.regs}
+    for cid, box in mailboxes.items():
+        state.subscribe_list(cid, box)
+    pairs = sorted(state.lists[me])
+    check_id, unchecked = state.start_check(pairs, 1.0, 50.0)
+    assert unchecked == []
+    orders = {cid: [u.check for u in box.items if u.check is not None]
+              for cid, box in mailboxes.items()}
+    (mine,) = orders.pop(me)
+    assert {(t.src, t.dst) for t in mine.targets} == set(pairs)
+    target_hosts = {topo.host_of_endpoint(t.dst) for t in mine.targets}
+    target_hosts.discard(state.regs[me].host)
+    woken = {cid: o for cid, os in orders.items() for o in os}
+    assert sorted(state.regs[cid].host for cid in woken) == sorted(target_hosts)
+    assert all(o.id == check_id and o.targets == () for o in woken.values())
+    # Only the prober is waited for: its answer (no window here) alone
+    # completes the check; no woken agent is missing from it.
+    state.accept_check(me, check_id, [])
+    windows, silent, missing = state.wait_check(check_id, 0.0)
+    assert windows == [] and silent == []
+    assert sorted(p for p, _why in missing) == pairs
+    assert all(me in why for _p, why in missing)
