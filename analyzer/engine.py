@@ -251,10 +251,7 @@ class Analyzer:
         open_by_layer = Counter(i.layer for i in open_now)
         for layer in LAYERS:
             metrics.INCIDENTS_OPEN.labels(layer=layer).set(open_by_layer[layer])
-        metrics.OPEN_INCIDENTS.set(
-            ((i.id, i.layer, i.symptom, i.component.type, i.component.id,
-              ",".join(map(str, i.evidence.get("indistinguishable_from") or ()))), i.confidence)
-            for i in open_now)
+        metrics.OPEN_INCIDENTS.set(open_now)
         return list(changed.values()) + gone
 
     def attach_store(self, store: IncidentStore) -> None:

@@ -13,7 +13,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from netskel.metrics import config_gauges, process_registry
-from netskel.model import LAYERS
+from netskel.model import LAYERS, Incident, as_likely
 
 REGISTRY: CollectorRegistry = process_registry()
 CONFIG = config_gauges(REGISTRY)
@@ -48,8 +48,9 @@ class OpenIncidents(Collector):
         self._rows: tuple[tuple[tuple[str, ...], float], ...] = ()
         registry.register(self)
 
-    def set(self, rows: Iterable[tuple[tuple[str, ...], float]]) -> None:
-        self._rows = tuple(rows)
+    def set(self, open_now: Iterable[Incident]) -> None:
+        self._rows = tuple(((i.id, i.layer, i.symptom, i.component.type, i.component.id,
+                             ",".join(as_likely(i.evidence))), i.confidence) for i in open_now)
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
