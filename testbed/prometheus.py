@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from netskel.errors import NetskelError
-from testbed.sh import Created
+from testbed.sh import Created, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "deploy" / "prometheus"
@@ -30,12 +29,6 @@ EVERY_SECOND = re.compile(r"\b(scrape_interval|evaluation_interval): \S+")
 
 def prometheus_available() -> bool:
     return shutil.which("prometheus") is not None and (SHIPPED / "rules.yml").exists()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -87,7 +80,7 @@ def start_prometheus(run_dir: Path, targets: dict[str, list[str]], created: Crea
     for job, name in files.items():
         (where / "targets" / f"{name}.json").write_text(
             json.dumps([{"targets": targets.get(job, [])}]))
-    port = _free_port()
+    port = free_port()
     with open(where / "prometheus.log", "ab") as out:
         proc = subprocess.Popen(["prometheus", f"--config.file={where / 'prometheus.yml'}",
                                  f"--storage.tsdb.path={where / 'data'}",

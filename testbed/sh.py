@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,6 +18,14 @@ log = logging.getLogger(__name__)
 
 class CommandError(RuntimeError):
     pass
+
+
+def free_port() -> int:
+    """A loopback TCP port free a moment ago, for a process that needs its
+    port named before it starts (Prometheus, a role's --metrics-port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def run(*args: str, check: bool = True, env: dict[str, str] | None = None,

@@ -1,12 +1,14 @@
 """Waiting on observable conditions instead of sleeping; rendering pages;
-loading bench scripts."""
+loading bench scripts; the roles as real processes."""
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -165,3 +167,41 @@ def bench_script(name: str) -> Any:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@contextmanager
+def role_processes(run_dir: Path, topo_file: Path, topo_doc: dict[str, Any], agents: int,
+                   analyzer_args: Sequence[str] = ()
+                   ) -> Iterator[tuple[dict[str, int], dict[str, subprocess.Popen[bytes]]]]:
+    """A controller, an analyzer and `agents` agents (of containers 0, 1,
+    ..., probing over loopback) as real processes, each serving /metrics on
+    a port of its own: (ports, processes), both keyed controller, analyzer,
+    agent0, agent1, ... Stopped on exit."""
+    from testbed.sh import free_port
+
+    sock = f"unix:{run_dir}/c.sock"
+    cli = [sys.executable, "-m", "netskel.cli"]
+    ports = {"controller": free_port(), "analyzer": free_port()}
+    procs = {
+        "controller": subprocess.Popen(cli + [
+            "controller", "--topology", str(topo_file), "--listen", sock, "--db",
+            str(run_dir / "c.sqlite"), "--window", "2", "--heartbeat-ms", "200",
+            "--metrics-port", str(ports["controller"]), "--insecure"]),
+        "analyzer": subprocess.Popen(cli + [
+            "analyzer", *analyzer_args, "--topology", str(topo_file), "--controller", sock,
+            "--listen", "127.0.0.1:0", "--metrics-port", str(ports["analyzer"]), "--insecure"])}
+    for h in range(agents):
+        c, name = topo_doc["containers"][h], f"agent{h}"
+        ports[name] = free_port()
+        procs[name] = subprocess.Popen(cli + [
+            "agent", "--controller", sock, "--container", c["id"], "--job", c["job"], "--host",
+            c["host"], "--rate", "20", "--metrics-port", str(ports[name]), "--insecure"]
+            + [x for e in c["endpoints"] for x in ("--endpoint", f"{e['id']},{e['nic']},{e['ip']},lo")])
+    try:
+        yield ports, procs
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in procs.values():
+            p.wait(timeout=10)

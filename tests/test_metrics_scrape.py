@@ -4,22 +4,13 @@ families an operator needs, and no label names a probe pair."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netskel.model import LAYERS
-from tests.helpers import wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import role_processes, wait_for
 
 
 def scrape(port: int) -> dict[str, list]:
@@ -33,29 +24,8 @@ def scrape(port: int) -> dict[str, list]:
 
 @pytest.fixture
 def procs(tmp_path, topo_file, topo_doc):
-    sock = f"unix:{tmp_path}/c.sock"
-    ports = {"controller": free_port(), "analyzer": free_port()}
-    cli = [sys.executable, "-m", "netskel.cli"]
-    started = [subprocess.Popen(cli + ["controller", "--topology", str(topo_file), "--listen", sock,
-                                       "--db", str(tmp_path / "c.sqlite"), "--window", "2",
-                                       "--heartbeat-ms", "200",
-                                       "--metrics-port", str(ports["controller"]), "--insecure"]),
-               subprocess.Popen(cli + ["analyzer", "--topology", str(topo_file), "--controller", sock,
-                                       "--listen", "127.0.0.1:0",
-                                       "--metrics-port", str(ports["analyzer"]), "--insecure"])]
-    for h in range(2):
-        c = topo_doc["containers"][h]
-        ports[f"agent{h}"] = free_port()
-        started.append(subprocess.Popen(
-            cli + ["agent", "--controller", sock, "--container", c["id"], "--job", c["job"],
-                   "--host", c["host"], "--rate", "20", "--metrics-port", str(ports[f"agent{h}"]),
-                   "--insecure"]
-            + [x for e in c["endpoints"] for x in ("--endpoint", f"{e['id']},{e['nic']},{e['ip']},lo")]))
-    yield ports
-    for p in started:
-        p.terminate()
-    for p in started:
-        p.wait(timeout=10)
+    with role_processes(tmp_path, topo_file, topo_doc, agents=2) as (ports, _procs):
+        yield ports
 
 
 def test_every_process_metrics_parse_and_stay_bounded(procs, topo_doc):

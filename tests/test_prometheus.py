@@ -10,7 +10,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from netskel.model import LAYERS
 from testbed.prometheus import start_prometheus
 from testbed.sh import Created
-from tests.helpers import catches_signal, wait_for
-from tests.test_metrics_scrape import free_port
+from tests.helpers import catches_signal, role_processes, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PROM = ROOT / "deploy" / "prometheus"
@@ -127,32 +125,11 @@ def test_the_rules_read_only_series_the_roles_export_and_the_jobs_that_scrape_th
 def roles(tmp_path, topo_file, topo_doc):
     """A controller, an analyzer reading a settings file and one agent, as
     real processes with their metrics ports."""
-    sock = f"unix:{tmp_path}/c.sock"
-    ports = {"controller": free_port(), "analyzer": free_port(), "agent": free_port()}
     conf = tmp_path / "analyzer.toml"
     conf.write_text("[analyzer]\npersist_windows = 3\n")
-    cli = [sys.executable, "-m", "netskel.cli"]
-    c = topo_doc["containers"][0]
-    procs = {
-        "controller": subprocess.Popen(cli + [
-            "controller", "--topology", str(topo_file), "--listen", sock, "--db",
-            str(tmp_path / "c.sqlite"), "--window", "2", "--heartbeat-ms", "200",
-            "--metrics-port", str(ports["controller"]), "--insecure"], cwd=ROOT),
-        "analyzer": subprocess.Popen(cli + [
-            "analyzer", "--config", str(conf), "--topology", str(topo_file), "--controller", sock,
-            "--listen", "127.0.0.1:0", "--metrics-port", str(ports["analyzer"]), "--insecure"],
-            cwd=ROOT),
-        "agent": subprocess.Popen(cli + [
-            "agent", "--controller", sock, "--container", c["id"], "--job", c["job"], "--host",
-            c["host"], "--rate", "20", "--metrics-port", str(ports["agent"]), "--insecure"]
-            + [x for e in c["endpoints"] for x in ("--endpoint", f"{e['id']},{e['nic']},{e['ip']},lo")],
-            cwd=ROOT)}
-    yield ports, procs, conf
-    for p in procs.values():
-        if p.poll() is None:
-            p.terminate()
-    for p in procs.values():
-        p.wait(timeout=10)
+    with role_processes(tmp_path, topo_file, topo_doc, agents=1,
+                        analyzer_args=("--config", str(conf))) as (ports, procs):
+        yield ports, procs, conf
 
 
 def test_prometheus_evaluates_the_rules_on_live_roles(tmp_path, roles):
@@ -164,7 +141,7 @@ def test_prometheus_evaluates_the_rules_on_live_roles(tmp_path, roles):
     prom = start_prometheus(tmp_path, {
         "netskel-controller": [f"127.0.0.1:{ports['controller']}"],
         "netskel-analyzer": [f"127.0.0.1:{ports['analyzer']}"],
-        "netskel-agent": [f"127.0.0.1:{ports['agent']}"]}, Created(str(tmp_path / "pids.json")))
+        "netskel-agent": [f"127.0.0.1:{ports['agent0']}"]}, Created(str(tmp_path / "pids.json")))
     try:
         def evaluated() -> list[dict[str, Any]]:
             got = prom.api("rules")
@@ -187,8 +164,8 @@ def test_prometheus_evaluates_the_rules_on_live_roles(tmp_path, roles):
                  "the analyzer's SIGHUP handler")
         conf.write_text("[analyzer]\npersist_windows = 'three'\n")
         procs["analyzer"].send_signal(signal.SIGHUP)
-        procs["agent"].terminate()
-        procs["agent"].wait(timeout=10)
+        procs["agent0"].terminate()
+        procs["agent0"].wait(timeout=10)
         want = [("NetskelConfigReloadFailed", "netskel-analyzer", "pending"),
                 ("NetskelTargetDown", "netskel-agent", "pending")]
         wait_for(lambda: health_alerts() == want, 60, "both alerts pending", poll=0.5)
