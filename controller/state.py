@@ -392,9 +392,8 @@ class ControllerState:
             pending = _PendingCheck(waiting=set(orders), ordered=asked)
             self._checks[check_id] = pending
             for cid, targets in orders.items():
-                order = CheckOrder(check_id, tuple(targets), duration_s, rate_hz)
-                update = ListUpdate(version=self.versions[cid], full=False,
-                                    diff=ListDiff(upsert=(), remove=()), check=order)
+                update = self._riding(cid, CheckOrder(check_id, tuple(targets), duration_s,
+                                                      rate_hz))
                 if not any([q.offer(update) for q in self._list_subs[cid]]):
                     # Its stream fell behind and is being resynced: the
                     # order went nowhere, so nobody waits for its answer.
@@ -418,11 +417,14 @@ class ControllerState:
             if cid is None or reg is None or reg.host in hosts or not self._list_subs.get(cid):
                 continue
             hosts.add(reg.host)
-            wake = ListUpdate(version=self.versions.get(cid, 0), full=False,
-                              diff=ListDiff(upsert=(), remove=()),
-                              check=CheckOrder(check_id, (), 0.0, 0.0))
+            wake = self._riding(cid, CheckOrder(check_id, (), 0.0, 0.0))
             for q in self._list_subs[cid]:
                 q.offer(wake)
+
+    def _riding(self, container: str, order: CheckOrder) -> ListUpdate:
+        """A check order on the container's list stream, the list unchanged."""
+        return ListUpdate(version=self.versions.get(container, 0), full=False,
+                          diff=ListDiff(upsert=(), remove=()), check=order)
 
     def accept_check(self, container: str, check_id: str, windows: Sequence[WindowStats]
                      ) -> tuple[int, int]:
