@@ -29,6 +29,14 @@ def agent_cfg(topo_doc, h: int, target: str, **kw) -> AgentConfig:
                        sizes=(64, 1024), **kw)
 
 
+def switch_reader_cfg(topo_doc, h: int, target: str, interval_s: float, **kw) -> AgentConfig:
+    """An agent reading the fake virtual switch (`_fake_programs`) every
+    `interval_s`."""
+    return agent_cfg(topo_doc, h, target, vswitch="unix:/fake/br0.mgmt",
+                     vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=interval_s,
+                     **kw)
+
+
 class Feed:
     """The analyzer's view: every event of WatchReports, collected."""
 
@@ -301,9 +309,7 @@ def _vswitch_dumps(topo_doc, tmp_path, sock, topo_file, monkeypatch, fakes: dict
     channel = grpc.insecure_channel(sock)
     stream = pb_grpc.ControllerStub(channel).WatchReports(pb.WatchReportsRequest(),
                                                              timeout=60)  # fails, never hangs
-    agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
-                            vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05,
-                            **agent_kw))
+    agent = Agent(switch_reader_cfg(topo_doc, 0, sock, 0.05, **agent_kw))
     try:
         agent.start()
         yield (serde.vswitch_from_pb(ev.vswitch) for ev in stream if ev.HasField("vswitch"))
@@ -397,9 +403,7 @@ def test_an_active_check_reads_the_switch_at_once(topo_doc, tmp_path, sock, topo
             dumps.extend(ev.vswitch.host for ev in stream if ev.HasField("vswitch"))
 
     reader = threading.Thread(target=read, daemon=True)
-    agents = [Agent(agent_cfg(topo_doc, h, sock, vswitch="unix:/fake/br0.mgmt",
-                              vswitch_tunnel_ports=(100,), vswitch_vni=7,
-                              vswitch_interval_s=3600.0)) for h in (0, 1)]
+    agents = [Agent(switch_reader_cfg(topo_doc, h, sock, 3600.0)) for h in (0, 1)]
 
     def reads(why: str) -> float:
         return REGISTRY.get_sample_value("netskel_agent_vswitch_reads_total", {"why": why}) or 0.0
@@ -442,9 +446,7 @@ def test_a_reloaded_interval_applies_to_the_wait_under_way(topo_doc, tmp_path, s
     ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
                                             db=":memory:", window_seconds=1,
                                             heartbeat_interval_ms=200))
-    agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
-                            vswitch_tunnel_ports=(100,), vswitch_vni=7,
-                            vswitch_interval_s=3600.0))
+    agent = Agent(switch_reader_cfg(topo_doc, 0, sock, 3600.0))
 
     def reads() -> float:
         return REGISTRY.get_sample_value("netskel_agent_vswitch_reads_total",
@@ -536,8 +538,7 @@ def test_a_stop_tells_the_controller_before_it_waits_for_a_stuck_thread(
     ctl = start_controller(ControllerConfig(topology=str(topo_file), listen=(sock,),
                                             db=":memory:", window_seconds=1,
                                             heartbeat_interval_ms=200))
-    agent = Agent(agent_cfg(topo_doc, 0, sock, vswitch="unix:/fake/br0.mgmt",
-                            vswitch_tunnel_ports=(100,), vswitch_vni=7, vswitch_interval_s=0.05))
+    agent = Agent(switch_reader_cfg(topo_doc, 0, sock, 0.05))
     pid_file = tmp_path / "calls.pid"
     stopping = threading.Thread(target=agent.stop, kwargs={"deregister": True})
     try:
