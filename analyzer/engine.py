@@ -1001,8 +1001,22 @@ class Analyzer:
         key = (f.component.type, f.component.id)
         return ({f.component.type, inc.component.type} <= _FABRIC
                 and unshared(f, self._switches_of) >= WEAK_CONFIDENCE
-                and self._related(held, key)
+                and (self._related(held, key) or self._covers(f, inc))
                 and votes.get(key, 0.0) > votes.get(held, 0.0))
+
+    def _covers(self, f: Finding, inc: Incident) -> bool:
+        """A loss finding that speaks for some of a smaller loss incident's
+        pairs, on a component every one of them may cross: the same fault,
+        whose first few failing pairs met on a link away from it (a ToR
+        losing 3 %: seconds into the fault, the pairs that had lost a probe
+        were one host's under the other ToR, and named that host's link).
+        Loss only: benign congestion slows a switch's pairs for a window
+        and says nothing about an incident on one of them."""
+        if not (f.symptom in LOSSY and inc.symptom in LOSSY and len(f.pairs) > len(inc.pairs)):
+            return False
+        key = (f.component.type, f.component.id)
+        return bool(set(f.pairs) & set(inc.pairs)) and \
+            all(self._may_cross(p, key) for p in inc.pairs)
 
     def _widens(self, f: Finding, inc: Incident) -> bool:
         """A lossy ToR, named first for one of its links: the first window saw
@@ -1119,7 +1133,8 @@ class Analyzer:
             # cross this one too: the same fault, first named where its
             # first few failing pairs met (_moves).
             best = self._mostly_crossing(
-                open_map, key, lambda k: k[0] in _FABRIC and self._related(k, key))
+                open_map, key, lambda k: k[0] in _FABRIC and (
+                    self._related(k, key) or self._covers(f, self.incidents[open_map[k]])))
         if best is None and guessed(f):
             # Pairs nothing explained (or only their link's pooled loss),
             # most of which may cross an open link's or switch's incident:

@@ -911,6 +911,66 @@ def test_a_switch_named_by_later_windows_takes_over_its_links_incident(engine):
     assert inc.component == spine and set(inc.pairs) == set(cross)
 
 
+WIDE = Layout(hosts=8, rails=1, hosts_per_tor=4, spines=2)  # two ToRs of four hosts
+
+
+def _losses(engine, k, f):
+    pairs = [(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in range(8) for b in range(a + 1, 8)]
+    engine._update_incidents(T0 + k * W, [f], {}, set(pairs), dict.fromkeys(f.pairs, "loss"),
+                             engine._open, engine._streak, engine._persist)
+
+
+def _host_link_and_tor():
+    from analyzer.localize import Finding
+
+    engine = Analyzer(parse_topology(layout_doc(WIDE)), AnalyzerConfig())
+    host_link = Component("link", f"{WIDE.nic(0, 0)}~{WIDE.tor(0, 0)}")
+    tor = Component("switch", WIDE.tor(0, 1))
+    under_tor = [(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in (1, 2) for b in (5, 6)]
+
+    def at_tor(pairs):
+        return Finding(tor, "underlay", "loss", pairs + under_tor, 0.6)
+
+    def at_link(pairs):
+        return Finding(host_link, "underlay", "loss", pairs, 0.75)
+
+    return engine, host_link, tor, at_link, at_tor
+
+
+def test_a_lossy_tor_first_named_for_a_link_under_the_other_tor_stays_one_incident():
+    """A ToR losing 3 % of probes, its first window only seconds long: the
+    few pairs that lost one were all one host's under the other ToR, and
+    their shared link was that host's. Later windows name the ToR, each
+    with only some of those pairs (a 3 % loss skips windows). That is one
+    fault: the link's incident, every pair of which crosses the ToR, is
+    kept and renamed once the ToR's windows weigh more, not left open
+    beside a second incident on the ToR."""
+    engine, host_link, tor, at_link, at_tor = _host_link_and_tor()
+    first = [(WIDE.endpoint(0, 0), WIDE.endpoint(b, 0)) for b in (4, 5, 6)]  # under tor 1
+    _losses(engine, 0, at_link(first))
+    (inc,) = engine.list_incidents()
+    _losses(engine, 1, at_tor(first[:1]))
+    assert engine.list_incidents() == [inc] and inc.component == host_link, \
+        "one of its three pairs, and 0.6 for the ToR against 0.75: the name stays"
+    _losses(engine, 2, at_tor(first[1:2]))
+    assert engine.list_incidents() == [inc]
+    assert inc.component == tor and inc.evidence["refined_from"]["id"] == host_link.id
+    assert set(first) <= set(inc.pairs)
+
+
+def test_a_lossy_link_whose_pairs_do_not_all_cross_a_lossy_tor_is_its_own_incident():
+    """The same findings, but the host's link also loses a pair under its
+    own ToR, which the other ToR cannot explain: two faults, two
+    incidents."""
+    engine, host_link, tor, at_link, at_tor = _host_link_and_tor()
+    mine = [(WIDE.endpoint(0, 0), WIDE.endpoint(b, 0)) for b in (1, 4, 5)]
+    _losses(engine, 0, at_link(mine))
+    for k in (1, 2, 3):
+        _losses(engine, k, at_tor(mine[1:2]))
+    assert sorted((i.component.type, i.component.id) for i in engine.list_incidents()) == \
+        [("link", host_link.id), ("switch", tor.id)]
+
+
 def test_a_run_of_windows_that_began_with_a_pooled_guess_starts_there(engine):
     """A lost probe of a pair is put on one end's link by the pooled test
     (either end's group may be the significant one); the next window the
