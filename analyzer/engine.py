@@ -999,9 +999,14 @@ class Analyzer:
         votes = self._votes.get(inc.id, {})
         held = (inc.component.type, inc.component.id)
         key = (f.component.type, f.component.id)
+        # A weak finding on a touching component (a congestion beside the
+        # fault) never renames; one covering every pair of a loss incident
+        # may, though weak: a spine down with few routes traced is named
+        # weakly each window (a pair's untraced flows could have crossed
+        # any spine), against a ToR its first seconds named once.
         return ({f.component.type, inc.component.type} <= _FABRIC
-                and unshared(f, self._switches_of) >= WEAK_CONFIDENCE
-                and (self._related(held, key) or self._covers(f, inc))
+                and ((unshared(f, self._switches_of) >= WEAK_CONFIDENCE
+                      and self._related(held, key)) or self._covers(f, inc))
                 and votes.get(key, 0.0) > votes.get(held, 0.0))
 
     def _covers(self, f: Finding, inc: Incident) -> bool:

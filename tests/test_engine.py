@@ -971,6 +971,34 @@ def test_a_lossy_link_whose_pairs_do_not_all_cross_a_lossy_tor_is_its_own_incide
         [("link", host_link.id), ("switch", tor.id)]
 
 
+def test_a_spine_down_named_weakly_window_after_window_takes_over_the_tor_its_first_seconds_named():
+    """A spine down, few routes traced: seconds into it, the pairs that had
+    lost probes met on a ToR; every later window names the spine, but
+    weakly (without routes its pairs' flows could have crossed any spine),
+    with far more pairs, each of which may cross it. Once those windows
+    outweigh the first, the one incident is the spine's; a ToR its own
+    windows keep naming keeps its name."""
+    from analyzer.localize import Finding
+
+    tor, spine = Component("switch", WIDE.tor(0, 1)), Component("switch", WIDE.spine(1))
+    cross = [(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in range(4) for b in range(4, 8)]
+    engine = Analyzer(parse_topology(layout_doc(WIDE)), AnalyzerConfig())
+    _losses(engine, 0, Finding(tor, "underlay", "loss", cross[:3], 0.62))
+    (inc,) = engine.list_incidents()
+    for k in (1, 2, 3):
+        _losses(engine, k, Finding(spine, "underlay", "loss", cross, 0.2))
+    assert engine.list_incidents() == [inc] and inc.component == tor, "0.6 against 0.62"
+    _losses(engine, 4, Finding(spine, "underlay", "loss", cross, 0.2))
+    assert engine.list_incidents() == [inc] and inc.component == spine
+    assert set(inc.pairs) == set(cross)
+
+    engine = Analyzer(parse_topology(layout_doc(WIDE)), AnalyzerConfig())
+    for k in range(8):
+        _losses(engine, k, Finding(tor, "underlay", "loss", cross[:3], 0.62) if k % 2 == 0
+                else Finding(spine, "underlay", "loss", cross, 0.2))
+    assert [i.component for i in engine.list_incidents()] == [tor]
+
+
 def test_a_run_of_windows_that_began_with_a_pooled_guess_starts_there(engine):
     """A lost probe of a pair is put on one end's link by the pooled test
     (either end's group may be the significant one); the next window the
