@@ -390,7 +390,7 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
             for p in failing:
                 for s in crossed(p):
                     accused[s] += 1
-        net = {s: accused.get(s, 0) - switch_clears(s) for s in common}
+        net = {s: accused.get(s, 0) - switch_clears(s) for s in sorted(common)}
         best = min(common, key=lambda s: (-net[s], s != sw, s))
         evidence["failing_minus_healthy_pairs"] = net
         if best != sw:

@@ -514,3 +514,43 @@ def test_a_loop_is_named_by_the_rule_its_failing_pairs_entered_it_through():
     assert found(from_3) == [(rule_of(3), from_3)]
     assert found(from_3 + from_2) == [(rule_of(3), sorted(from_3 + from_2))]
     assert found(from_3[:1] + from_2) == [(rule_of(2), sorted(from_3[:1] + from_2))]
+
+
+ACROSS = """
+import json
+from analyzer.localize import localize
+up = {"a1": "T0", "a2": "T0", "a3": "T0", "b1": "T1", "b2": "T1", "b3": "T1"}
+def candidates(pair):
+    x, y = pair
+    out = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
+    if up[x] != up[y]:
+        out.update({f"S{k}~{t}": 0.25 for k in range(4) for t in ("T0", "T1")})
+    return out
+def switches_of(link):
+    return tuple(x for x in link.split("~") if x.startswith(("T", "S")))
+failing = [("a1", "b1"), ("a1", "b2"), ("a1", "b3"), ("a2", "b1"), ("a2", "b2")]
+found = localize({p: "loss" for p in failing}, {("a2", "b3"), ("a1", "a3")}, set(), candidates,
+                 switches_of=switches_of)
+print(json.dumps(found[0].evidence))
+"""
+
+
+def test_a_switch_named_by_its_net_accusation_reads_the_same_whatever_the_hash_seed():
+    """The evidence of a lossy ToR named across from where its links met
+    (`failing_minus_healthy_pairs`, one entry per switch every pair
+    crosses) is written in one order: a person diffs yesterday's incidents
+    against today's, and an order that followed the interpreter's string
+    hashing made equal answers differ (two of 262 analyses of the same
+    recordings, run twice)."""
+    import os
+    import subprocess
+    import sys
+
+    written = set()
+    for seed in range(8):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        out = subprocess.run([sys.executable, "-c", ACROSS], env=env, capture_output=True,
+                             text=True, check=True)
+        written.add(out.stdout.strip())
+    (evidence,) = written
+    assert len(json.loads(evidence)["failing_minus_healthy_pairs"]) == 2
