@@ -777,8 +777,14 @@ class Analyzer:
         inc = self.incidents[open_map[held]]
         w.seen_keys.add(held)
         self._vote(inc, f)
-        if (outranks(f.component.type, inc.component.type)
-                or self._widens(f, inc) or self._moves(f, inc)):
+        # A host names the incident only where at least half of its pairs
+        # are the host's: a host among a spine's pairs (all of its partners
+        # across the ToRs, no route traced) is a few of the spine's, and
+        # took the spine's incident for the whole outage.
+        surer = outranks(f.component.type, inc.component.type) and (
+            f.component.type != "host"
+            or 2 * sum(self._may_cross(p, key) for p in inc.pairs) >= len(inc.pairs))
+        if surer or self._widens(f, inc) or self._moves(f, inc):
             log.warning("incident %s refined: %s %s -> %s %s", inc.id,
                         inc.component.type, inc.component.id, f.component.type,
                         f.component.id)
@@ -1020,7 +1026,7 @@ class Analyzer:
         if not (f.symptom in LOSSY and inc.symptom in LOSSY and len(f.pairs) > len(inc.pairs)):
             return False
         key = (f.component.type, f.component.id)
-        return bool(set(f.pairs) & set(inc.pairs)) and \
+        return not set(inc.pairs).isdisjoint(f.pairs) and \
             all(self._may_cross(p, key) for p in inc.pairs)
 
     def _widens(self, f: Finding, inc: Incident) -> bool:

@@ -999,6 +999,25 @@ def test_a_spine_down_named_weakly_window_after_window_takes_over_the_tor_its_fi
     assert [i.component for i in engine.list_incidents()] == [tor]
 
 
+def test_a_host_among_a_spine_incidents_pairs_does_not_take_it_over():
+    """A spine down, no route traced: every host's NICs fail their pairs
+    across the ToRs, and one window a host whose partners all sit across
+    is named for its few pairs. A host is the surer name than a switch
+    for the pairs it explains, but these are a few of the spine's: the
+    incident stays the spine's (it became the host's, layer host, for the
+    whole outage)."""
+    from analyzer.localize import Finding
+
+    spine = Component("switch", WIDE.spine(0))
+    cross = [(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in range(4) for b in range(4, 8)]
+    engine = Analyzer(parse_topology(layout_doc(WIDE)), AnalyzerConfig())
+    _losses(engine, 0, Finding(spine, "underlay", "loss", cross, 0.6))
+    (inc,) = engine.list_incidents()
+    mine = [p for p in cross if p[0] == WIDE.endpoint(0, 0)]
+    _losses(engine, 1, Finding(Component("host", WIDE.host(0)), "host", "loss", mine, 0.06))
+    assert engine.list_incidents() == [inc] and inc.component == spine
+
+
 def test_a_run_of_windows_that_began_with_a_pooled_guess_starts_there(engine):
     """A lost probe of a pair is put on one end's link by the pooled test
     (either end's group may be the significant one); the next window the
