@@ -912,6 +912,11 @@ def test_a_switch_named_by_later_windows_takes_over_its_links_incident(engine):
 
 
 WIDE = Layout(hosts=8, rails=1, hosts_per_tor=4, spines=2)  # two ToRs of four hosts
+WIDE_CROSS = [(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in range(4) for b in range(4, 8)]
+
+
+def _wide_engine():
+    return Analyzer(parse_topology(layout_doc(WIDE)), AnalyzerConfig())
 
 
 def _losses(engine, k, f):
@@ -923,7 +928,7 @@ def _losses(engine, k, f):
 def _host_link_and_tor():
     from analyzer.localize import Finding
 
-    engine = Analyzer(parse_topology(layout_doc(WIDE)), AnalyzerConfig())
+    engine = _wide_engine()
     host_link = Component("link", f"{WIDE.nic(0, 0)}~{WIDE.tor(0, 0)}")
     tor = Component("switch", WIDE.tor(0, 1))
     under_tor = [(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in (1, 2) for b in (5, 6)]
@@ -981,8 +986,8 @@ def test_a_spine_down_named_weakly_window_after_window_takes_over_the_tor_its_fi
     from analyzer.localize import Finding
 
     tor, spine = Component("switch", WIDE.tor(0, 1)), Component("switch", WIDE.spine(1))
-    cross = [(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in range(4) for b in range(4, 8)]
-    engine = Analyzer(parse_topology(layout_doc(WIDE)), AnalyzerConfig())
+    cross = WIDE_CROSS
+    engine = _wide_engine()
     _losses(engine, 0, Finding(tor, "underlay", "loss", cross[:3], 0.62))
     (inc,) = engine.list_incidents()
     for k in (1, 2, 3):
@@ -992,7 +997,7 @@ def test_a_spine_down_named_weakly_window_after_window_takes_over_the_tor_its_fi
     assert engine.list_incidents() == [inc] and inc.component == spine
     assert set(inc.pairs) == set(cross)
 
-    engine = Analyzer(parse_topology(layout_doc(WIDE)), AnalyzerConfig())
+    engine = _wide_engine()
     for k in range(8):
         _losses(engine, k, Finding(tor, "underlay", "loss", cross[:3], 0.62) if k % 2 == 0
                 else Finding(spine, "underlay", "loss", cross, 0.2))
@@ -1009,11 +1014,10 @@ def test_a_host_among_a_spine_incidents_pairs_does_not_take_it_over():
     from analyzer.localize import Finding
 
     spine = Component("switch", WIDE.spine(0))
-    cross = [(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in range(4) for b in range(4, 8)]
-    engine = Analyzer(parse_topology(layout_doc(WIDE)), AnalyzerConfig())
-    _losses(engine, 0, Finding(spine, "underlay", "loss", cross, 0.6))
+    engine = _wide_engine()
+    _losses(engine, 0, Finding(spine, "underlay", "loss", WIDE_CROSS, 0.6))
     (inc,) = engine.list_incidents()
-    mine = [p for p in cross if p[0] == WIDE.endpoint(0, 0)]
+    mine = [p for p in WIDE_CROSS if p[0] == WIDE.endpoint(0, 0)]
     _losses(engine, 1, Finding(Component("host", WIDE.host(0)), "host", "loss", mine, 0.06))
     assert engine.list_incidents() == [inc] and inc.component == spine
 
