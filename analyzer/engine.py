@@ -783,7 +783,7 @@ class Analyzer:
         # took the spine's incident for the whole outage.
         surer = outranks(f.component.type, inc.component.type) and (
             f.component.type != "host"
-            or 2 * sum(self._may_cross(p, key) for p in inc.pairs) >= len(inc.pairs))
+            or 2 * self._crossing(inc.pairs, key) >= len(inc.pairs))
         if surer or self._widens(f, inc) or self._moves(f, inc):
             log.warning("incident %s refined: %s %s -> %s %s", inc.id,
                         inc.component.type, inc.component.id, f.component.type,
@@ -1152,7 +1152,7 @@ class Analyzer:
             # that fault's unrouted victims.
             for k in open_map:
                 if k[0] in ("link", "switch", "host"):
-                    n = sum(1 for p in f.pairs if self._may_cross(p, k))
+                    n = self._crossing(f.pairs, k)
                     if 2 * n >= len(f.pairs) and n > best_n:
                         best, best_n = k, n
         return best
@@ -1165,10 +1165,14 @@ class Analyzer:
         for k, inc_id in open_map.items():
             theirs = self.incidents[inc_id].pairs
             if admit(k) and theirs:
-                n = sum(1 for p in theirs if self._may_cross(p, key))
+                n = self._crossing(theirs, key)
                 if 2 * n >= len(theirs) and n > best_n:
                     best, best_n = k, n
         return best
+
+    def _crossing(self, pairs: Iterable[Pair], component: tuple[str, str]) -> int:
+        """How many of the pairs may cross the component."""
+        return sum(1 for p in pairs if self._may_cross(p, component))
 
     def _may_cross(self, pair: Pair, component: tuple[str, str]) -> bool:
         if component[0] == "host":
