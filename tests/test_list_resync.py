@@ -95,17 +95,6 @@ def test_a_check_order_its_stream_refused_is_named_at_once(topo_doc: dict[str, A
     assert windows == [] and silent == [] and missing == []
 
 
-class Keeping:
-    """A stream's mailbox that takes everything."""
-
-    def __init__(self) -> None:
-        self.items: list[ListUpdate] = []
-
-    def offer(self, item: ListUpdate) -> bool:
-        self.items.append(item)
-        return True
-
-
 def test_a_check_wakes_one_switch_reader_on_each_target_host_and_waits_for_none(
         topo_doc: dict[str, Any]) -> None:
     """Each overlay path a check traces ends in its target host's table: one
@@ -114,7 +103,7 @@ def test_a_check_wakes_one_switch_reader_on_each_target_host_and_waits_for_none(
     topo = parse_topology(topo_doc)
     state = registered_state(topo, ready=True)
     me = sorted(state.lists)[0]
-    mailboxes = {cid: Keeping() for cid in state.regs}
+    mailboxes = {cid: SlowSink() for cid in state.regs}
     for cid, box in mailboxes.items():
         state.subscribe_list(cid, box)
     pairs = sorted(state.lists[me])
