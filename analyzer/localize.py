@@ -135,7 +135,8 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
         # Not merged into a switch (one NIC link each, a spine link's loss
         # hits many of them), but a failed switch's finding takes their pairs.
         links = _absorb_into_switches(
-            _merge_switches(links, switches_of, crossed, list(rest), switch_clears) + slow_loss,
+            _merge_switches(links, switches_of, crossed, list(rest), switch_clears, host_of)
+            + slow_loss,
             candidates, switches_of)
     else:
         links += slow_loss
@@ -294,14 +295,9 @@ def _merge_hosts(links: list[Finding], host_of: HostOf) -> list[Finding]:
     by them more than by any other link they may cross. One pair's stray loss
     accuses both its ends alike; joined to a real fault of one NIC link, it
     would turn that link into its host."""
-    at: dict[tuple[str, bool], list[int]] = defaultdict(list)
-    for i, f in enumerate(links):
-        host = host_of(f.component.id) if f.component.type == "link" else None
-        if host is not None:
-            at[(host, _slow(f))].append(i)
     used: set[int] = set()
     out: list[Finding] = []
-    for (host, _), idx in sorted(at.items()):
+    for (host, _), idx in sorted(_by_host(links, host_of).items()):
         standing = [i for i in idx if _stands_out(links[i])]
         if len(standing) < 2:
             continue
@@ -354,9 +350,27 @@ def _stands_out(f: Finding) -> bool:
     return len(f.pairs) >= 2 and float(f.evidence.get("margin_on_its_pairs", 0.0)) > 1e-9
 
 
+def _host_peers(links: list[Finding], host_of: HostOf) -> dict[int, int]:
+    """Per NIC link: how many other links of its host, slow or lossy as it
+    is, stand out (what `_merge_hosts` joins)."""
+    return {i: sum(_stands_out(links[j]) for j in idx if j != i)
+            for idx in _by_host(links, host_of).values() for i in idx}
+
+
+def _by_host(links: list[Finding], host_of: HostOf) -> dict[tuple[str, bool], list[int]]:
+    """NIC links by host, slow apart from lossy."""
+    at: dict[tuple[str, bool], list[int]] = defaultdict(list)
+    for i, f in enumerate(links):
+        host = host_of(f.component.id) if f.component.type == "link" else None
+        if host is not None:
+            at[(host, _slow(f))].append(i)
+    return at
+
+
 def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
                     crossed: Callable[[Pair], set[str]], failing: list[Pair],
-                    switch_clears: Callable[[str], int]) -> list[Finding]:
+                    switch_clears: Callable[[str], int],
+                    host_of: HostOf | None = None) -> list[Finding]:
     """Two or more named links meeting at one switch: the switch failed.
 
     Which switch: a switch losing a few % of everything through it makes a
@@ -374,8 +388,14 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
     accused: dict[str, int] | None = None  # failing pairs per switch they certainly cross
     used: set[int] = set()
     out: list[Finding] = []
+    # A NIC link is its host's where two other links of the host stand out
+    # (`_merge_hosts` names the host without it): a slow host beside one
+    # slow spine link must not make their ToR. A switch's own fault names
+    # one NIC link per host (each NIC sits under its own rail's ToR), and
+    # one more troubled NIC of that host leaves the link to the switch.
+    hosts = _host_peers(links, host_of) if host_of else {}
     for (sw, _), idx in sorted(at.items(), key=lambda kv: -len(kv[1])):
-        idx = [i for i in idx if i not in used]
+        idx = [i for i in idx if i not in used and hosts.get(i, 0) < 2]
         if len(idx) < 2:
             continue
         used.update(idx)

@@ -244,6 +244,52 @@ def test_a_lossy_tor_is_named_not_the_tor_across_from_it():
     assert [(f.component.type, f.component.id) for f in found] == [("switch", "T0")]
 
 
+
+def test_a_slow_host_beside_a_slow_spine_link_is_the_host_and_the_link_not_their_tor():
+    """Host h (NICs h/0..h/2, each under its rail's ToR Tr) is slow, and so
+    is spine link S0~T0, which q's and r's pairs (under T0 too) cross to
+    p1 and p2 under U0. h's rail-0 link is named by its pairs, the spine
+    link by q's and r's: two links meeting at T0. That is not T0 failing:
+    h's links on its two other rails name the host without the rail-0 one,
+    which is the host's too; the spine link stays a link (before: T0 and
+    the host). bench/inject.py hostslow + uplinklat, the 809 draws."""
+    from analyzer.localize import localize
+
+    up = {"h": "T", "q": "T", "r": "T", "q2": "T", "q3": "T", "p1": "U", "p2": "U"}
+
+    def candidates(pair):
+        (x, rail), (y, _) = (e.split("/") for e in pair)
+        out = {f"{e}~{up[e.split('/')[0]]}{rail}": 1.0 for e in pair}
+        if up[x] == up[y]:
+            return out
+        if x in ("q", "r"):  # traced: through spine S0
+            return out | {f"S0~T{rail}": 1.0, f"S0~U{rail}": 1.0}
+        return out | {f"S{k}~{t}{rail}": 0.5 for k in (0, 1) for t in "TU"}
+
+    def switches_of(link):
+        return tuple(x for x in link.split("~") if x.startswith(("T", "U", "S")))
+
+    def host_of(link):
+        return link.split("/")[0] if "/" in link else None
+
+    host = [(f"h/{r}", f"{p}/{r}") for r in range(3) for p in ("p1", "p2")]
+    host += [("h/0", "q2/0"), ("h/0", "q3/0")]
+    spine = [(f"{x}/0", f"{p}/0") for x in ("q", "r") for p in ("p1", "p2")]
+    found = localize({p: "latency" for p in host + spine}, set(), set(), candidates,
+                     switches_of=switches_of, switch_clears=lambda _sw: 0, host_of=host_of)
+    assert sorted((f.component.type, f.component.id) for f in found) == [
+        ("host", "h"), ("link", "S0~T0")]
+    by = {f.component.type: f for f in found}
+    assert by["host"].evidence["links"] == ["h/0~T0", "h/1~T1", "h/2~T2"]
+    assert set(spine) <= set(by["link"].pairs)
+    # With one other troubled NIC the rail-0 link is still T0's to take: a
+    # switch's own fault names one NIC link per host under it, and one more
+    # NIC of that host is no host.
+    two_rails = [p for p in host if not p[0].endswith("2")]
+    found = localize({p: "latency" for p in two_rails + spine}, set(), set(), candidates,
+                     switches_of=switches_of, switch_clears=lambda _sw: 0, host_of=host_of)
+    assert ("switch", "T0") in [(f.component.type, f.component.id) for f in found]
+
 TIE = """
 from analyzer.localize import localize
 shares = {("a", "b1"): 0.1, ("a", "b2"): 0.2, ("a", "b3"): 0.3, ("c", "d"): 0.6}
