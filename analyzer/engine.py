@@ -534,8 +534,19 @@ class Analyzer:
 
     def _window_sums(self, inc: Incident) -> tuple[np.ndarray, np.ndarray] | None:
         """(window starts, (3, windows, pairs) lost / received / RTT sums) of
-        the incident's pairs over the windows held."""
-        return self._sums.of(np.array([self._pair_id[p] for p in inc.pairs
+        the incident's pairs over the windows held, less those an open
+        incident opened before it holds (unless that leaves none): their
+        windows carry that other fault's change, and a slow spine link's
+        incident holding a few pairs of a host slowed minutes earlier was
+        dated between the two (bench/inject.py, hostslow then uplinklat)."""
+        older: set[Pair] = set()
+        for other in self.incidents.values():
+            if other is inc:
+                break
+            if other.end is None:
+                older.update(other.pairs)
+        own = [p for p in inc.pairs if p not in older] or inc.pairs
+        return self._sums.of(np.array([self._pair_id[p] for p in own
                                        if p in self._pair_id], dtype=np.int64))
 
     def _read_onsets(self, now_start: float) -> list[Incident]:

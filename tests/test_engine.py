@@ -1463,3 +1463,41 @@ def test_a_reloaded_threshold_judges_the_next_window():
     assert feed(raised, 6, bad=of_endpoint(0), lost=150) == []
     (late,) = feed(raised, 7, bad=of_endpoint(0), lost=150)
     assert (late.component, late.start) == (opened[0].component, opened[0].start)
+
+
+THREE = Layout(hosts=8, rails=3, hosts_per_tor=4, spines=2)  # three rails, two ToRs each
+
+
+def test_a_slow_link_opened_beside_a_slow_host_is_dated_by_its_own_pairs():
+    """Host 0 is slowed +60 us from window 30; from 40 % into window 52 the
+    rail-0 pairs between the two ToRs, all traced through spine 0, are
+    slowed +30 us by its link. The link's incident holds four of the host's
+    pairs (they cross that link too), whose step 22 windows earlier the
+    onset read as the link's rise beginning: it was dated at window 25,
+    before either fault (bench/inject.py hostslow + uplinklat, the 809
+    draws: 880 s early). Dated by its own pairs, it starts where the link
+    slowed."""
+    engine = Analyzer(parse_topology(layout_doc(THREE)), AnalyzerConfig())
+    rng = np.random.default_rng(1)
+    host_at, link_at = 30, 52
+    for k in range(link_at + 4):
+        ws = []
+        for r in range(THREE.rails):
+            for a, b in itertools.combinations(range(THREE.hosts), 2):
+                ta, tb = THREE.tor_index(a), THREE.tor_index(b)
+                route = f"{THREE.tor(r, ta)}>{THREE.spine(0)}>{THREE.tor(r, tb)}" if ta != tb else None
+                share = min(1.0, max(0.0, k - link_at + 0.6)) if r == 0 and ta != tb else 0.0
+                base = 13 + 60 * (a == 0 and k >= host_at) + 30 * share + rng.normal(0, 0.3)
+                start = T0 + k * W
+                ws.append(WindowStats(THREE.endpoint(a, r), THREE.endpoint(b, r), start, start + W,
+                                      64, 300, 0, base - 3, base - 1, base, base + 1, base, 1,
+                                      base + 7, proto="udp", route=route))
+        assert engine.add_windows(ws) == []
+        engine.tick(T0 + (k + 1) * W + 5)
+    by = {i.component.type: i for i in engine.list_incidents()}
+    assert sorted(by) == ["host", "link"]
+    host, link = by["host"], by["link"]
+    assert host.component.id == THREE.host(0)
+    assert link.component.type == "link" and THREE.spine(0) in link.component.id
+    assert len(set(host.pairs) & set(link.pairs)) == 4
+    assert link.start == pytest.approx(T0 + (link_at + 0.4) * W, abs=3)
