@@ -80,6 +80,25 @@ class _Tally:
     relapsing: set[str] = dataclasses.field(default_factory=set)  # incidents whose slowdown counted
     # Loss incidents whose findings this window were not their fault.
     faded: set[str] = dataclasses.field(default_factory=set)
+    # Incidents a finding spoke for this window.
+    spoken: set[str] = dataclasses.field(default_factory=set)
+
+
+class _Explained:
+    """Pairs the faults of these incidents may account for: their own, and
+    for a switch, link or host, every pair that may cross it."""
+
+    def __init__(self, engine: Analyzer, incidents: list[Incident]) -> None:
+        self._engine = engine
+        self._pairs = {p for inc in incidents for p in inc.pairs}
+        self._fabric = [(inc.component.type, inc.component.id) for inc in incidents
+                        if inc.component.type in ("switch", "link", "host")]
+
+    def __contains__(self, pair: object) -> bool:
+        if pair in self._pairs:
+            return True
+        return isinstance(pair, tuple) and any(self._engine._may_cross(pair, c)
+                                               for c in self._fabric)
 
 
 class Analyzer:
@@ -742,7 +761,9 @@ class Analyzer:
                 not self._relapsed(own, f, w.strong, w.start, w.relapsing):
             return
         if held is not None:
-            w.changed.append(self._refine(f, held, key, w, open_map, streaks))
+            inc = self._refine(f, held, key, w, open_map, streaks)
+            w.changed.append(inc)
+            w.spoken.add(inc.id)
             return
         w.seen_keys.add(key)
         st = self._advance(f, key, w, streaks)
@@ -778,6 +799,7 @@ class Analyzer:
             inc.symptom = worst_symptom((inc.symptom, f.symptom))
             inc.evidence = ev
         w.changed.append(inc)
+        w.spoken.add(inc.id)
 
     def _refine(self, f: Finding, held: tuple[str, str], key: tuple[str, str], w: _Tally,
                 open_map: dict[tuple[str, str], str], streaks: dict[tuple[str, str], Streak]
@@ -848,8 +870,15 @@ class Analyzer:
         seen: closed after close_windows clean windows in a row."""
         # A stopped agent's pairs fail for that reason alone: they keep its
         # own incident open, not one a network finding opened on them the
-        # window it stopped.
+        # window it stopped. Likewise pairs whose trouble the fault of an
+        # incident a finding spoke for this window may be (their pairs, and
+        # those that may cross a failing switch or link or touch a host):
+        # a lossy ToR's incident was held open 14 minutes past its fault by
+        # its pairs' losses to a spine that went down meanwhile
+        # (bench/inject.py torloss + spinedown, draw 824).
         gone = self.dead | self._silent
+        other = _Explained(self, [self.incidents[i] for i in sorted(w.spoken)
+                                  if i in self.incidents])
         for key, inc_id in list(open_map.items()):
             if key in w.seen_keys:
                 self._clean.pop(inc_id, None)
@@ -857,10 +886,11 @@ class Analyzer:
             inc = self.incidents[inc_id]
             seen = [p for p in inc.pairs if p in observed]
             stopped = gone if inc.component.type != "agent" else set()
-            if not seen or (inc_id not in w.faded and self._shows(inc, w.anomalous, stopped)):
+            if not seen or (inc_id not in w.faded and
+                            self._shows(inc, w.anomalous, stopped, other)):
                 continue
             if w.counts is not None and inc.symptom == "loss" and \
-                    self._still_lossy(inc, w.counts, stopped):
+                    self._still_lossy(inc, w.counts, stopped, other):
                 # Losses short of significance, but more than the pairs'
                 # healthy rates explain: a weak fault between detections,
                 # not its end.
@@ -966,11 +996,13 @@ class Analyzer:
 
     @staticmethod
     def _shows(inc: Incident, anomalous: Mapping[Pair, str],
-               stopped: Collection[str] = ()) -> bool:
+               stopped: Collection[str] = (), other: Container[Pair] = ()) -> bool:
         """Whether this window's anomalies are the incident's kind: a flow's
         fact that lost probes is not kept open by its pairs being slow; nor
-        is anything by pairs of a `stopped` endpoint."""
-        pairs = [p for p in inc.pairs if p[0] not in stopped and p[1] not in stopped]
+        is anything by pairs of a `stopped` endpoint, or by pairs another
+        incident's finding explained (`other`)."""
+        pairs = [p for p in inc.pairs
+                 if p[0] not in stopped and p[1] not in stopped and p not in other]
         if inc.component.type in FLOW_FACTS and inc.symptom in LOSSY:
             return any(anomalous.get(p) in LOSSY for p in pairs)
         return any(p in anomalous for p in pairs)
@@ -1086,10 +1118,12 @@ class Analyzer:
         return np.isin(pid, ids) if ids else None
 
     def _still_lossy(self, inc: Incident, counts: tuple[np.ndarray, np.ndarray],
-                     stopped: Collection[str] = ()) -> bool:
+                     stopped: Collection[str] = (), other: Container[Pair] = ()) -> bool:
         """Whether the incident's pairs lost more probes this window than
         their healthy rates make plausible (one-sided Poisson at
-        close_loss_alpha; each row's rate is its own healthy history's)."""
+        close_loss_alpha; each row's rate is its own healthy history's),
+        less those of a `stopped` endpoint or that another incident's
+        finding explained (`other`)."""
         if inc.component.type == "link" and inc.component.id in self.routes.link_window:
             # A link losing a few % of whatever crosses it hits other pairs
             # each window than those it was found on: its own probes tell.
@@ -1102,9 +1136,9 @@ class Analyzer:
             # and every other pair all of whose paths cross the link: a slow
             # loss takes a probe of another of its pairs each window
             ids = sorted(set(ids) | set(self._pairs_crossing(inc.component.id).tolist()))
-        if stopped:  # their probes are lost for want of an agent
-            ids = [i for i in ids
-                   if self._pairs[i][0] not in stopped and self._pairs[i][1] not in stopped]
+        if stopped or other:  # their probes are lost for want of an agent, or to another fault
+            ids = [i for i in ids if self._pairs[i][0] not in stopped
+                   and self._pairs[i][1] not in stopped and self._pairs[i] not in other]
         if not ids:
             return False
         expected = float(counts[0][ids].sum())
