@@ -88,17 +88,17 @@ class _Explained:
     """Pairs the faults of these incidents may account for: their own, and
     for a switch, link or host, every pair that may cross it."""
 
-    def __init__(self, engine: Analyzer, incidents: list[Incident]) -> None:
-        self._engine = engine
+    def __init__(self, incidents: list[Incident],
+                 may_cross: Callable[[Pair, tuple[str, str]], bool]) -> None:
         self._pairs = {p for inc in incidents for p in inc.pairs}
         self._fabric = [(inc.component.type, inc.component.id) for inc in incidents
                         if inc.component.type in ("switch", "link", "host")]
+        self._may_cross = may_cross
 
     def __contains__(self, pair: object) -> bool:
         if pair in self._pairs:
             return True
-        return isinstance(pair, tuple) and any(self._engine._may_cross(pair, c)
-                                               for c in self._fabric)
+        return isinstance(pair, tuple) and any(self._may_cross(pair, c) for c in self._fabric)
 
 
 class Analyzer:
@@ -877,8 +877,8 @@ class Analyzer:
         # its pairs' losses to a spine that went down meanwhile
         # (bench/inject.py torloss + spinedown, draw 824).
         gone = self.dead | self._silent
-        other = _Explained(self, [self.incidents[i] for i in sorted(w.spoken)
-                                  if i in self.incidents])
+        other = _Explained([self.incidents[i] for i in sorted(w.spoken) if i in self.incidents],
+                           self._may_cross)
         for key, inc_id in list(open_map.items()):
             if key in w.seen_keys:
                 self._clean.pop(inc_id, None)
@@ -999,8 +999,8 @@ class Analyzer:
                stopped: Collection[str] = (), other: Container[Pair] = ()) -> bool:
         """Whether this window's anomalies are the incident's kind: a flow's
         fact that lost probes is not kept open by its pairs being slow; nor
-        is anything by pairs of a `stopped` endpoint, or by pairs another
-        incident's finding explained (`other`)."""
+        is anything by pairs of a `stopped` endpoint, or by pairs whose
+        trouble another incident's fault may be (`other`)."""
         pairs = [p for p in inc.pairs
                  if p[0] not in stopped and p[1] not in stopped and p not in other]
         if inc.component.type in FLOW_FACTS and inc.symptom in LOSSY:
@@ -1122,8 +1122,8 @@ class Analyzer:
         """Whether the incident's pairs lost more probes this window than
         their healthy rates make plausible (one-sided Poisson at
         close_loss_alpha; each row's rate is its own healthy history's),
-        less those of a `stopped` endpoint or that another incident's
-        finding explained (`other`)."""
+        less those of a `stopped` endpoint or whose trouble another
+        incident's fault may be (`other`)."""
         if inc.component.type == "link" and inc.component.id in self.routes.link_window:
             # A link losing a few % of whatever crosses it hits other pairs
             # each window than those it was found on: its own probes tell.
