@@ -1169,7 +1169,8 @@ class Analyzer:
             inc = self.incidents[inc_id]
             n = half_shared(mine, inc.pairs)
             if n > best_n and stands_for(k[0], n, f) and (
-                    (inc.symptom in LOSSY) == (f.symptom in LOSSY) or self._related(k, key)):
+                    (inc.symptom in LOSSY) == (f.symptom in LOSSY) or self._related(k, key)) \
+                    and not self._beyond(f, mine, k):
                 best, best_n = k, n
         if best is None and f.component.type in ("link", "switch", "host"):
             # An open guess about pairs that mostly may cross this component:
@@ -1201,6 +1202,18 @@ class Analyzer:
                     if 2 * n >= len(f.pairs) and n > best_n:
                         best, best_n = k, n
         return best
+
+    def _beyond(self, f: Finding, mine: set[Pair], k: tuple[str, str]) -> bool:
+        """Whether a located finding about the fabric holds pairs the fabric
+        incident `k` cannot explain: a quarter of them (two at least) cannot
+        cross its component. A ToR's fault loses no probe of a pair that
+        never crosses it; a spine down beside a lossy ToR, sharing half
+        of the ToR's pairs, was folded into the ToR's incident and went
+        unreported."""
+        if k[0] not in _FABRIC or f.component.type not in _FABRIC or guessed(f):
+            return False
+        outside = len(mine) - self._crossing(mine, k)
+        return outside >= 2 and 4 * outside >= len(mine)
 
     def _mostly_crossing(self, open_map: dict[tuple[str, str], str], key: tuple[str, str],
                          admit: Callable[[tuple[str, str]], bool]) -> tuple[str, str] | None:

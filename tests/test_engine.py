@@ -1501,3 +1501,45 @@ def test_a_slow_link_opened_beside_a_slow_host_is_dated_by_its_own_pairs():
     assert link.component.type == "link" and THREE.spine(0) in link.component.id
     assert len(set(host.pairs) & set(link.pairs)) == 4
     assert link.start == pytest.approx(T0 + (link_at + 0.4) * W, abs=3)
+
+
+FOUR = Layout(hosts=8, rails=1, hosts_per_tor=2, spines=2)  # four ToRs of two hosts
+
+
+def test_a_spine_down_beside_a_lossy_tor_half_of_whose_pairs_it_holds_is_its_own_incident():
+    """ToR 1 (hosts 2, 3) loses probes; then spine 1 goes down. The spine's
+    lossy pairs hold half of the ToR incident's, but as many again that
+    never cross ToR 1 (between ToRs 0, 2 and 3), whose losses the ToR
+    cannot explain: two faults, two incidents (before: the spine's findings
+    were folded into the ToR's incident, and the spine went unreported; a
+    probesim spine down beside a lossy ToR, session 57). A finding whose
+    pairs all cross the ToR still is the ToR's."""
+    from analyzer.localize import Finding
+
+    def pair(a, b):
+        return (FOUR.endpoint(a, 0), FOUR.endpoint(b, 0))
+
+    tor, spine = Component("switch", FOUR.tor(0, 1)), Component("switch", FOUR.spine(1))
+    at_tor = [pair(a, b) for a in range(8) for b in range(a + 1, 8) if {a, b} & {2, 3}]
+    elsewhere = [pair(0, 4), pair(0, 6), pair(1, 5), pair(1, 7), pair(4, 6), pair(5, 7)]
+    across = [p for p in at_tor if pair(2, 3) != p][:6]
+    engine = Analyzer(parse_topology(layout_doc(FOUR)), AnalyzerConfig())
+    observed = {pair(a, b) for a in range(8) for b in range(a + 1, 8)}
+
+    def window(k, findings):
+        lossy = {p: "loss" for f in findings for p in f.pairs}
+        engine._update_incidents(T0 + k * W, findings, {}, observed, lossy, engine._open,
+                                 engine._streak, engine._persist)
+
+    window(0, [Finding(tor, "underlay", "loss", at_tor, 0.8)])
+    for k in (1, 2, 3):
+        window(k, [Finding(tor, "underlay", "loss", at_tor[:6], 0.8),
+                   Finding(spine, "underlay", "loss", across + elsewhere, 0.85)])
+    assert sorted((i.component.type, i.component.id) for i in engine.list_incidents()) == \
+        [("switch", spine.id), ("switch", tor.id)]
+
+    engine = Analyzer(parse_topology(layout_doc(FOUR)), AnalyzerConfig())
+    window(0, [Finding(tor, "underlay", "loss", at_tor, 0.8)])
+    for k in (1, 2, 3):
+        window(k, [Finding(spine, "underlay", "loss", across, 0.85)])
+    assert [i.component for i in engine.list_incidents()] == [tor]
