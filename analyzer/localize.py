@@ -135,7 +135,7 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
         # Not merged into a switch (one NIC link each, a spine link's loss
         # hits many of them), but a failed switch's finding takes their pairs.
         links = _absorb_into_switches(
-            _merge_switches(links, switches_of, crossed, list(rest), switch_clears, host_of)
+            _merge_switches(links, switches_of, crossed, rest, switch_clears, host_of)
             + slow_loss,
             candidates, switches_of)
     else:
@@ -368,7 +368,7 @@ def _by_host(links: list[Finding], host_of: HostOf) -> dict[tuple[str, bool], li
 
 
 def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
-                    crossed: Callable[[Pair], set[str]], failing: list[Pair],
+                    crossed: Callable[[Pair], set[str]], failing: Mapping[Pair, str],
                     switch_clears: Callable[[str], int],
                     host_of: HostOf | None = None) -> list[Finding]:
     """Two or more named links meeting at one switch: the switch failed.
@@ -394,7 +394,7 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
     # one NIC link per host (each NIC sits under its own rail's ToR), and
     # one more troubled NIC of that host leaves the link to the switch.
     hosts = _host_peers(links, host_of) if host_of else {}
-    for (sw, _), idx in sorted(at.items(), key=lambda kv: -len(kv[1])):
+    for (sw, slow), idx in sorted(at.items(), key=lambda kv: -len(kv[1])):
         idx = [i for i in idx if i not in used and hosts.get(i, 0) < 2]
         if len(idx) < 2:
             continue
@@ -404,7 +404,11 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
                                     "links": sorted(links[i].component.id for i in idx),
                                     "votes": {links[i].component.id: links[i].evidence["votes"]
                                               for i in idx}}
-        common = set.intersection(*(crossed(p) for p in pairs)) | {sw}
+        # Which switch by the pairs failing the group's way: a slow host's
+        # pairs under its own ToR, named with its link's pairs cut off by
+        # the dead ToR across, are not the dead ToR's to clear (draw 843).
+        own = [p for p in pairs if (failing[p] in LOSSY) != slow] or pairs
+        common = set.intersection(*(crossed(p) for p in own)) | {sw}
         if accused is None:
             accused = defaultdict(int)
             for p in failing:

@@ -212,6 +212,34 @@ def test_a_dead_tor_is_one_switch_finding_not_also_a_link_at_the_other_end():
         x["link"] for x in found[0].evidence.get("also_explains", [])]
 
 
+def test_a_dead_tor_is_not_the_tor_across_where_a_slow_host_adds_a_pair_there():
+    """ToR T1 down, and a's host slow: a's pair with d (both under T0) is
+    slow, its pairs to T1's endpoints unreachable. a's and c's links,
+    named by those pairs, meet at T0, and the slow pair does not cross T1,
+    so T0 was named: a second ToR down, for the length of the host's
+    slowdown (bench/inject.py hostslow + tordown, draw 843). Which switch a
+    lossy group is, its lossy pairs say: T1."""
+    from analyzer.localize import localize
+
+    up = {"a": "T0", "c": "T0", "d": "T0", "b1": "T1", "b2": "T1", "b3": "T1", "b4": "T1"}
+
+    def candidates(pair):
+        x, y = pair
+        out = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
+        if up[x] != up[y]:
+            out.update({f"S{k}~T0": 0.5 for k in (0, 1)} | {f"S{k}~T1": 0.5 for k in (0, 1)})
+        return out
+
+    def switches_of(link):
+        return tuple(x for x in link.split("~") if x.startswith(("T", "S")))
+
+    dead = [("a", "b1"), ("a", "b2"), ("a", "b3"), ("a", "b4"), ("c", "b1"), ("c", "b2"),
+            ("c", "b3"), ("b1", "b2"), ("b3", "b4")]
+    anomalous = {p: "unreachable" for p in dead} | {("a", "d"): "latency"}
+    found = localize(anomalous, set(), set(), candidates, switches_of=switches_of)
+    assert {(f.component.type, f.component.id) for f in found} == {("switch", "T1")}
+    assert {p for f in found for p in f.pairs} == set(anomalous)
+
 def test_a_lossy_tor_is_named_not_the_tor_across_from_it():
     """ToR T1 loses a few % of everything through it: this window a1 and a2
     (under T0) lost probes to T1's endpoints, while T0's own pairs and one
