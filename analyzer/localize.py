@@ -380,7 +380,9 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
     crosses both). So when every pair of the merged finding certainly
     crosses another switch too, the one accused by the most failing pairs
     net of the healthy pairs that cross it is named (the healthy side's
-    own pairs clear it)."""
+    own pairs clear it). Every pair failing the group's way (lossy or
+    slow) counts there; a pair failing the other way belongs to another
+    fault. `failing`: each failing pair's symptom."""
     at: dict[tuple[str, bool], list[int]] = defaultdict(list)
     for i, f in enumerate(links):
         for sw in switches_of(f.component.id):
@@ -404,9 +406,9 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
                                     "links": sorted(links[i].component.id for i in idx),
                                     "votes": {links[i].component.id: links[i].evidence["votes"]
                                               for i in idx}}
-        # Which switch by the pairs failing the group's way: a slow host's
-        # pairs under its own ToR, named with its link's pairs cut off by
-        # the dead ToR across, are not the dead ToR's to clear (draw 843).
+        # A slow host's pair under its own ToR, named on its NIC's link
+        # beside the pairs a dead ToR across cut off, crosses only its own
+        # ToR: counted, it kept the dead ToR out of `common` (draw 843).
         own = [p for p in pairs if (failing[p] in LOSSY) != slow] or pairs
         common = set.intersection(*(crossed(p) for p in own)) | {sw}
         if accused is None:
