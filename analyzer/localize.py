@@ -342,7 +342,7 @@ def _slow(f: Finding) -> bool:
     """Slow, not lossy: a link that loses probes and others that are merely
     slow in the same window (a benign congestion of their switch) are not
     one fault of the component they share."""
-    return f.symptom in ("latency", "degradation")
+    return f.symptom in SLOW
 
 
 def _stands_out(f: Finding) -> bool:
@@ -409,7 +409,7 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
         # A slow host's pair under its own ToR, named on its NIC's link
         # beside the pairs a dead ToR across cut off, crosses only its own
         # ToR: counted, it kept the dead ToR out of `common` (draw 843).
-        own = [p for p in pairs if (failing[p] in LOSSY) != slow] or pairs
+        own = [p for p in pairs if (failing[p] in SLOW) == slow] or pairs
         common = set.intersection(*(crossed(p) for p in own)) | {sw}
         if accused is None:
             accused = defaultdict(int)
@@ -467,8 +467,9 @@ def _absorb_into_switches(found: list[Finding], candidates: Candidates,
     return out
 
 
-# The symptoms of lost probes (as against slow ones).
+# The symptoms of lost probes, and of slow ones.
 LOSSY = ("loss", "unreachable")
+SLOW = ("latency", "degradation")
 
 
 def worst_symptom(symptoms: Iterable[str]) -> str:
