@@ -60,6 +60,7 @@ DEPARTED_KEPT = 100_000  # departed endpoints remembered (a window's worth is wh
 # Findings less certain than this wait a window longer before they open an incident.
 WEAK_CONFIDENCE = 0.5
 _FABRIC = {"link", "switch"}  # components an incident may be renamed between (_moves)
+_LOCATED = {"link", "switch", "host"}  # components a pair may cross (_may_cross)
 
 
 @dataclasses.dataclass
@@ -92,7 +93,7 @@ class _Explained:
                  may_cross: Callable[[Pair, tuple[str, str]], bool]) -> None:
         self._pairs = {p for inc in incidents for p in inc.pairs}
         self._fabric = [(inc.component.type, inc.component.id) for inc in incidents
-                        if inc.component.type in ("switch", "link", "host")]
+                        if inc.component.type in _LOCATED]
         self._may_cross = may_cross
 
     def __contains__(self, pair: object) -> bool:
@@ -1172,7 +1173,7 @@ class Analyzer:
                     (inc.symptom in LOSSY) == (f.symptom in LOSSY) or self._related(k, key)) \
                     and not self._beyond(f, mine, k):
                 best, best_n = k, n
-        if best is None and f.component.type in ("link", "switch", "host"):
+        if best is None and f.component.type in _LOCATED:
             # An open guess about pairs that mostly may cross this component:
             # the same fault, now located.
             best = self._mostly_crossing(open_map, key, lambda k: k[0] == "endpoint")
@@ -1197,7 +1198,7 @@ class Analyzer:
             # most of which may cross an open link's or switch's incident:
             # that fault's unrouted victims.
             for k in open_map:
-                if k[0] in ("link", "switch", "host"):
+                if k[0] in _LOCATED:
                     n = self._crossing(f.pairs, k)
                     if 2 * n >= len(f.pairs) and n > best_n:
                         best, best_n = k, n
