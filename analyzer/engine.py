@@ -1002,11 +1002,11 @@ class Analyzer:
         fact that lost probes is not kept open by its pairs being slow; nor
         is anything by pairs of a `stopped` endpoint, or by pairs whose
         trouble another incident's fault may be (`other`)."""
-        pairs = [p for p in inc.pairs
-                 if p[0] not in stopped and p[1] not in stopped and p not in other]
-        if inc.component.type in FLOW_FACTS and inc.symptom in LOSSY:
-            return any(anomalous.get(p) in LOSSY for p in pairs)
-        return any(p in anomalous for p in pairs)
+        lossy_only = inc.component.type in FLOW_FACTS and inc.symptom in LOSSY
+        # Whether a pair failed first: `other` may walk its paths.
+        return any((anomalous.get(p) in LOSSY if lossy_only else p in anomalous)
+                   and p[0] not in stopped and p[1] not in stopped and p not in other
+                   for p in inc.pairs)
 
     def _may_follow(self, f: Finding, before: dict[tuple[str, str], Streak],
                     k: tuple[str, str]) -> bool:
