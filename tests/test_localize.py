@@ -182,6 +182,25 @@ def test_untraced_noise_raises_nothing(tmp_path):
     assert incidents == []
 
 
+def switches_of(link):
+    """The switch ends of a link in the hand-built fabrics below: ToRs T* and
+    U*, spines S* (endpoint ends hold no switch)."""
+    return tuple(x for x in link.split("~") if x.startswith(("T", "U", "S")))
+
+
+def two_tors(up, spines):
+    """Candidates in a hand-built fabric of ToRs T0 and T1 (`up`: each
+    endpoint's ToR): a pair crosses its endpoints' links, and one between
+    the ToRs each spine's links at 1/spines of a vote (ECMP)."""
+    def candidates(pair):
+        x, y = pair
+        out = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
+        if up[x] != up[y]:
+            out.update({f"S{k}~{t}": 1 / spines for k in range(spines) for t in ("T0", "T1")})
+        return out
+    return candidates
+
+
 def test_a_dead_tor_is_one_switch_finding_not_also_a_link_at_the_other_end():
     """ToR T1 down. Endpoint a, under T0, probes only endpoints under T1,
     so its own link is accused by all four of its pairs, more than any one
@@ -192,15 +211,7 @@ def test_a_dead_tor_is_one_switch_finding_not_also_a_link_at_the_other_end():
 
     up = {"a": "T0", "b1": "T1", "b2": "T1", "b3": "T1", "b4": "T1"}
 
-    def candidates(pair):
-        x, y = pair
-        out = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
-        if up[x] != up[y]:  # two spines, ECMP: half a vote each
-            out.update({f"S{k}~T0": 0.5 for k in (0, 1)} | {f"S{k}~T1": 0.5 for k in (0, 1)})
-        return out
-
-    def switches_of(link):
-        return tuple(x for x in link.split("~") if x.startswith(("T", "S")))
+    candidates = two_tors(up, spines=2)
 
     pairs = [("a", "b1"), ("a", "b2"), ("a", "b3"), ("a", "b4"), ("b1", "b2"), ("b3", "b4")]
     found = localize({p: "unreachable" for p in pairs}, set(), set(), candidates,
@@ -223,15 +234,7 @@ def test_a_dead_tor_is_not_the_tor_across_where_a_slow_host_adds_a_pair_there():
 
     up = {"a": "T0", "c": "T0", "d": "T0", "b1": "T1", "b2": "T1", "b3": "T1", "b4": "T1"}
 
-    def candidates(pair):
-        x, y = pair
-        out = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
-        if up[x] != up[y]:
-            out.update({f"S{k}~T0": 0.5 for k in (0, 1)} | {f"S{k}~T1": 0.5 for k in (0, 1)})
-        return out
-
-    def switches_of(link):
-        return tuple(x for x in link.split("~") if x.startswith(("T", "S")))
+    candidates = two_tors(up, spines=2)
 
     dead = [("a", "b1"), ("a", "b2"), ("a", "b3"), ("a", "b4"), ("c", "b1"), ("c", "b2"),
             ("c", "b3"), ("b1", "b2"), ("b3", "b4")]
@@ -250,15 +253,7 @@ def test_a_lossy_tor_is_named_not_the_tor_across_from_it():
 
     up = {"a1": "T0", "a2": "T0", "a3": "T0", "a4": "T0", "b1": "T1", "b2": "T1", "b3": "T1"}
 
-    def candidates(pair):
-        x, y = pair
-        out = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
-        if up[x] != up[y]:  # four spines, ECMP: a quarter of a vote each
-            out.update({f"S{k}~{t}": 0.25 for k in range(4) for t in ("T0", "T1")})
-        return out
-
-    def switches_of(link):
-        return tuple(x for x in link.split("~") if x.startswith(("T", "S")))
+    candidates = two_tors(up, spines=4)
 
     failing = [("a1", "b1"), ("a1", "b2"), ("a1", "b3"), ("a2", "b1"), ("a2", "b2")]
     healthy = {("a2", "b3"), ("a3", "a4"), ("a1", "a3")}
@@ -295,8 +290,6 @@ def test_a_slow_host_beside_a_slow_spine_link_is_the_host_and_the_link_not_their
             return out | {f"S0~T{rail}": 1.0, f"S0~U{rail}": 1.0}
         return out | {f"S{k}~{t}{rail}": 0.5 for k in (0, 1) for t in "TU"}
 
-    def switches_of(link):
-        return tuple(x for x in link.split("~") if x.startswith(("T", "U", "S")))
 
     def host_of(link):
         return link.split("/")[0] if "/" in link else None
@@ -556,8 +549,6 @@ def test_a_pooled_nic_test_does_not_take_the_pairs_of_twins_that_meet_at_one_swi
             return ends | {f"{s}~{up[e]}": 0.5 for s in ("S", "S2") for e in pair}
         return ends | {f"S~{up[x]}": 1.0, f"S~{up[y]}": 1.0}  # traced through S
 
-    def switches_of(link):
-        return tuple(x for x in link.split("~") if x.startswith(("T", "S")))
 
     lossy = {p: "loss" for r in rails
              for p in [(f"a1{r}", f"b1{r}"), (f"a2{r}", f"b2{r}"), (f"a1{r}", f"b2{r}")]}
