@@ -852,7 +852,7 @@ class Analyzer:
         tails = st.tails and f.symptom == "latency" and all(p in w.tail_only for p in f.pairs)
         pairs = frozenset(f.pairs)
         guess = guessed(f)
-        anchor = st.anchor if guess else pairs
+        anchor, named = (st.anchor, st.named) if guess else (pairs, frozenset({key}))
         if key in w.advanced:
             # One component named twice in one window (two sets of its
             # links) is one window of evidence, not two: counted twice,
@@ -860,9 +860,9 @@ class Analyzer:
             prev = streaks[key]
             count, first = max(count, prev.count), min(first, prev.first)
             tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
-            anchor = anchor | prev.anchor
+            anchor, named = anchor | prev.anchor, named | prev.named
         w.advanced.add(key)
-        streaks[key] = Streak(count, first, tails, pairs, guess, anchor)
+        streaks[key] = Streak(count, first, tails, pairs, guess, anchor, named)
         return streaks[key]
 
     def _close_clean(self, w: _Tally, observed: Container[Pair],
@@ -1012,8 +1012,9 @@ class Analyzer:
                     k: tuple[str, str]) -> bool:
         """Whether finding `f` may continue last window's streak `k`: a
         related component, or any after a guess (an endpoint, or a link
-        named by a pooled loss alone, which may be either end's); not a
-        flow's fact the finding is mostly not about (stands_for)."""
+        named by a pooled loss alone, which may be either end's) that one
+        related to the run's last located name; not a flow's fact the
+        finding is mostly not about (stands_for)."""
         key = (f.component.type, f.component.id)
         st = before[k]
         shared = sum(1 for p in f.pairs if p in st.pairs)
@@ -1026,6 +1027,11 @@ class Analyzer:
             # sharing one leftover pair, are two episodes; so are a ToR's
             # congestion over its 75 pairs and a spike on three of them the
             # window after (it named one of its NIC links).
+            return False
+        if st.guess and st.named and not any(self._related(key, n) for n in st.named):
+            # A guess left over by one ToR's congestion, then the other
+            # ToR's of the rail: most pairs of either cross both, but they
+            # are two switches' episodes, as without the guess between.
             return False
         return (self._related(key, k) or st.guess) and stands_for(k[0], shared, f)
 

@@ -36,6 +36,9 @@ class Streak:
     # The pairs of the run's last located (not guessed) finding: what a guess
     # carrying the run on may pass it to (Analyzer._may_follow). Empty: none yet.
     anchor: frozenset[Pair] = frozenset()
+    # That finding's component (two, where one window named two): a guess
+    # passes the run only to a name touching it, as the run itself would.
+    named: frozenset[tuple[str, str]] = frozenset()
 
 
 def guessed(f: Finding) -> bool:

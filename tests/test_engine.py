@@ -1216,6 +1216,47 @@ def test_a_guess_left_over_by_one_congestion_does_not_pass_its_run_to_another(en
     assert [(i.component, i.start) for i in opened] == [(link, T0)]
 
 
+def test_a_guess_left_over_by_one_tors_congestion_does_not_pass_its_run_to_the_other_tor(engine):
+    """A ToR congested for a window, the tail of it the next window a guess
+    about two of its pairs (which carries the ToR's run on); then the rail's
+    other ToR congested. Most of either ToR's pairs cross both (its pairs to
+    hosts under the other), so the second ToR's finding is about most of the
+    first's pairs, yet the first's own pairs are healthy: two short
+    episodes of two switches, no incident (before: three windows in a row
+    opened one, dated at the first ToR's; bench/inject.py busy, seed 931).
+    A guess carrying a located finding's run passes it only to a name that
+    finding's component touches, as the run itself would."""
+    from analyzer.localize import Finding
+
+    tors = [Component("switch", LAY.tor(0, t)) for t in (0, 1)]
+    guess = Component("endpoint", LAY.endpoint(0, 0))
+
+    def under(t):
+        return [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a in range(4)
+                for b in range(a + 1, 4) if t in (LAY.tor_index(a), LAY.tor_index(b))]
+
+    def window(k, findings):
+        pairs = [p for f in findings for p in f.pairs]
+        return engine._update_incidents(T0 + k * W, findings, {}, set(pairs),
+                                        dict.fromkeys(pairs, "latency"), engine._open,
+                                        engine._streak, engine._persist)
+
+    def first_two():
+        assert window(0, [Finding(tors[0], "underlay", "latency", under(0), 0.8)]) == []
+        assert window(1, [Finding(guess, "unknown", "latency", under(0)[:2], 0.2)]) == []
+
+    assert engine.cfg.latency_persist_windows == 3
+    assert 2 * len(set(under(0)) & set(under(1))) >= len(under(0))
+    first_two()
+    assert window(2, [Finding(tors[1], "underlay", "latency", under(1), 0.8)]) == []
+    assert engine.list_incidents() == []
+    # The first ToR again after the guess is the one slowdown, three windows long.
+    engine = Analyzer(engine.topo, engine.cfg)
+    first_two()
+    opened = window(2, [Finding(tors[0], "underlay", "latency", under(0), 0.8)])
+    assert [(i.component, i.start) for i in opened] == [(tors[0], T0)]
+
+
 def test_a_host_named_after_one_of_its_nic_links_takes_over_that_links_incident(engine):
     """A host losing 2 % of its probes: the window it began, only pairs of
     its rail-0 NIC had lost enough, and that NIC's link was named; the next
