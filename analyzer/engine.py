@@ -843,13 +843,22 @@ class Analyzer:
         st = (w.before.get(key)
               or continued(w.before, f.pairs, partial(self._may_follow, f, w.before))
               or Streak(0, w.start))
+        if f.symptom == "latency" and st.thin and not st.tails:
+            # A window of only a slow tail after a slower one, on pairs the
+            # component is on every path of: one slowdown lasting into this
+            # window would have filled it. Two congestions of one ToR 38 s
+            # apart made three slow windows and an incident. The run is
+            # the tail's window's.
+            st = Streak(1, w.start - self._window_len)
         # A window slow for most of its length counts twice, except after
         # windows that had only a slow tail: a tail then a slow window can
         # be two short congestions of one switch, each of them benign.
         double = (f.symptom == "latency" and any(p in w.strong for p in f.pairs)
                   and (st.count == 0 or not st.tails))
         count, first = st.count + (2 if double else 1), st.first
-        tails = st.tails and f.symptom == "latency" and all(p in w.tail_only for p in f.pairs)
+        thin = f.symptom == "latency" and all(p in w.tail_only for p in f.pairs)
+        tails = st.tails and thin
+        thin = thin and self._on_every_path(key)
         pairs = frozenset(f.pairs)
         guess = guessed(f)
         anchor, named = (st.anchor, st.named) if guess else (pairs, frozenset({key}))
@@ -860,10 +869,23 @@ class Analyzer:
             prev = streaks[key]
             count, first = max(count, prev.count), min(first, prev.first)
             tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
+            thin = thin and prev.thin
             anchor, named = anchor | prev.anchor, named | prev.named
         w.advanced.add(key)
-        streaks[key] = Streak(count, first, tails, pairs, guess, anchor, named)
+        streaks[key] = Streak(count, first, tails, pairs, guess, anchor, named, thin)
         return streaks[key]
+
+    def _on_every_path(self, key: tuple[str, str]) -> bool:
+        """Whether every flow of a finding's pairs crosses its component: a
+        ToR, a NIC's link, a NIC, a host, an endpoint (a spine or a
+        ToR-spine link carries some of a pair's flows only)."""
+        kind, ident = key
+        if kind == "switch":
+            sw = self.topo.switches.get(ident)
+            return sw is not None and sw.tier == "tor"
+        if kind == "link":
+            return self._host_of(ident) is not None
+        return kind in ("nic", "host", "endpoint")
 
     def _close_clean(self, w: _Tally, observed: Container[Pair],
                      open_map: dict[tuple[str, str], str]) -> None:
