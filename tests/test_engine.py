@@ -1262,11 +1262,13 @@ def test_two_congestions_of_one_tor_with_only_a_tail_between_them_are_two_episod
     (its second congestion starting), then slow again. Every path of a
     ToR's pairs crosses it, so one slowdown lasting from the first window
     into the third would have filled the second: a window that held only a
-    tail between two slower ones is a gap. Two short episodes, no incident
-    (before: three windows in a row opened one; bench/inject.py busy at 40
-    an hour, seed 1002: 13 s and 17 s of one ToR, 38 s apart). A slowdown
-    rising through its tail (a creeping one) is a run, and so is the same
-    dip on a spine's pairs, whose flows spread over the spines."""
+    tail between two slower ones is a gap, and so is a tail on fewer than
+    half of the pairs of the tail before it. Two short episodes, no
+    incident (before: three windows in a row opened one; bench/inject.py
+    busy at 40 an hour, seed 1002: 13 s and 17 s of one ToR, 38 s apart).
+    A slowdown rising through its tail (a creeping one) is a run, and so
+    is the same dip on a spine's pairs, whose flows spread over the
+    spines."""
     from analyzer.localize import Finding
 
     tor = Component("switch", LAY.tor(0, 0))
@@ -1275,22 +1277,27 @@ def test_two_congestions_of_one_tor_with_only_a_tail_between_them_are_two_episod
              for b in range(a + 1, 4) if 0 in (LAY.tor_index(a), LAY.tor_index(b))]
     across = [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for r in range(2) for a, b in CROSS]
 
-    def run(component, pairs, thin):
+    def run(component, pairs, thin, few=()):
         """Three windows of one component's slow pairs; `thin`: which of
-        them held only a slow tail. The incidents they opened."""
+        them held only a slow tail; `few`: which were slow on two of the
+        pairs only. The incidents they opened."""
         a = Analyzer(engine.topo, engine.cfg)
         opened = []
         for k in range(3):
+            slow = pairs[:2] if k in few else pairs
             opened += a._update_incidents(
-                T0 + k * W, [Finding(component, "underlay", "latency", pairs, 0.8)], {},
-                set(pairs), dict.fromkeys(pairs, "latency"), a._open, a._streak, a._persist,
-                tail_only=set(pairs) if k in thin else set())
+                T0 + k * W, [Finding(component, "underlay", "latency", slow, 0.8)], {},
+                set(pairs), dict.fromkeys(slow, "latency"), a._open, a._streak, a._persist,
+                tail_only=set(slow) if k in thin else set())
         return [(i.component, i.start) for i in opened]
 
     assert engine.cfg.latency_persist_windows == 3
     assert run(tor, under, thin={1}) == []
     assert run(tor, under, thin={1, 2}) == []
     assert run(tor, under, thin={0, 1}) == [(tor, T0)]
+    # A tail, then a tail on fewer than half of its pairs, then slow: a dip.
+    assert len(under) == 5 and run(tor, under, thin={0, 1}, few={1}) == []
+    assert run(tor, under, thin={0, 1}, few={0}) == [(tor, T0)]
     assert run(tor, under, thin=set()) == [(tor, T0)]
     assert run(spine, across, thin={1}) == [(spine, T0)]
 
