@@ -83,6 +83,8 @@ class _Tally:
     faded: set[str] = dataclasses.field(default_factory=set)
     # Incidents a finding spoke for this window.
     spoken: set[str] = dataclasses.field(default_factory=set)
+    # Pairs the incidents open at the window's start hold.
+    held: set[Pair] = dataclasses.field(default_factory=set)
 
 
 class _Explained:
@@ -723,7 +725,8 @@ class Analyzer:
         to tell a clean window from a quiet one. `strong`: pairs slow for most
         of the window; `tail_only`: pairs whose only anomaly is a slow tail."""
         self._note_twins(findings)
-        w = _Tally(start, evidence, anomalous, strong, counts, tail_only, before=dict(streaks))
+        w = _Tally(start, evidence, anomalous, strong, counts, tail_only, before=dict(streaks),
+                   held={p for i in open_map.values() for p in self.incidents[i].pairs})
         for f in findings:
             self._take(f, findings, w, open_map, streaks, persist)
         for f in findings:
@@ -849,8 +852,11 @@ class Analyzer:
             st = Streak(1, w.start - self._window_len)
         # A window slow for most of its length counts twice, except after
         # windows that had only a slow tail: a tail then a slow window can
-        # be two short congestions of one switch, each of them benign.
-        double = (f.symptom == "latency" and any(p in w.strong for p in f.pairs)
+        # be two short congestions of one switch, each of them benign. The
+        # pairs of an open incident are slow for its fault: a slow host's
+        # pairs under a ToR counted the ToR's 14 s congestion twice.
+        double = (f.symptom == "latency"
+                  and any(p in w.strong and p not in w.held for p in f.pairs)
                   and (st.count == 0 or not st.tails))
         count, first = st.count + (2 if double else 1), st.first
         thin = f.symptom == "latency" and all(p in w.tail_only for p in f.pairs)

@@ -1302,6 +1302,49 @@ def test_two_congestions_of_one_tor_with_only_a_tail_between_them_are_two_episod
     assert run(spine, across, thin={1}) == [(spine, T0)]
 
 
+def test_a_slow_hosts_pairs_do_not_make_a_congestion_of_its_tor_count_double():
+    """A slow host's incident open, its pairs slow for all of every window.
+    A 14 s congestion of the ToR of one of its NICs, over two windows: the
+    ToR's finding holds that NIC's pairs, and they made each of its
+    windows count as one slow for most of its length (twice): an
+    incident after two windows (bench/inject.py hostslow over a 40/h busy
+    background, seed 1108: two false ToR incidents). Those pairs are
+    the host's incident's; the ToR's windows count once each, as its own
+    pairs were slow for a part of them only."""
+    from analyzer.localize import Finding
+
+    lay = Layout(hosts=8, rails=4, hosts_per_tor=4, spines=2)
+    a = Analyzer(parse_topology(layout_doc(lay)), AnalyzerConfig())
+    host = Component("host", lay.host(0))
+    tor = Component("switch", lay.tor(1, 0))
+    of_host = [(lay.endpoint(0, r), lay.endpoint(b, r)) for r in range(4) for b in range(1, 8)]
+    of_tor = [(lay.endpoint(x, 1), lay.endpoint(y, 1)) for x in range(8)
+              for y in range(x + 1, 8) if 0 in (lay.tor_index(x), lay.tor_index(y))]
+    assert a.cfg.latency_persist_windows == 3
+
+    def window(k, findings):
+        pairs = [p for f in findings for p in f.pairs]
+        return a._update_incidents(T0 + k * W, findings, {}, set(pairs),
+                                   dict.fromkeys(pairs, "latency"), a._open, a._streak,
+                                   a._persist, strong=set(of_host))
+
+    for k in range(2):
+        window(k, [Finding(host, "host", "latency", of_host, 0.9)])
+    assert [i.component for i in a.list_incidents()] == [host]
+    for k in range(2, 4):
+        window(k, [Finding(host, "host", "latency", of_host, 0.9),
+                   Finding(tor, "underlay", "latency", of_tor, 0.8)])
+    assert [i.component for i in a.list_incidents()] == [host]
+    # The ToR's own pairs slow for most of a window do count it twice.
+    window(4, [Finding(host, "host", "latency", of_host, 0.9)])
+    b = Analyzer(a.topo, a.cfg)
+    for k in range(2):
+        b._update_incidents(T0 + k * W, [Finding(tor, "underlay", "latency", of_tor, 0.8)], {},
+                            set(of_tor), dict.fromkeys(of_tor, "latency"), b._open,
+                            b._streak, b._persist, strong=set(of_tor))
+    assert [i.component for i in b.list_incidents()] == [tor]
+
+
 def test_a_host_named_after_one_of_its_nic_links_takes_over_that_links_incident(engine):
     """A host losing 2 % of its probes: the window it began, only pairs of
     its rail-0 NIC had lost enough, and that NIC's link was named; the next
