@@ -846,10 +846,17 @@ class Analyzer:
         st = (w.before.get(key)
               or continued(w.before, f.pairs, partial(self._may_follow, f, w.before))
               or Streak(0, w.start))
-        if f.symptom == "latency" and st.gap:
-            # The run's last window was a gap (below): the run is that
-            # window's, not the windows' before it.
-            st = Streak(1, w.start - self._window_len)
+        thin = f.symptom == "latency" and all(p in w.tail_only for p in f.pairs)
+        if thin and st.count and self._on_every_path(key) and (
+                not st.tails or 2 * len(f.pairs) < len(st.pairs)):
+            # A gap: only a slow tail, on pairs the component is on every
+            # path of, after a slower window or on fewer than half of the
+            # last window's pairs. One slowdown lasting from before this
+            # window into the next would have filled it (a creeping one
+            # fills it more, not less). The run starts here: two
+            # congestions of one ToR 38 s apart made three slow windows in
+            # a row and an incident.
+            st = Streak(0, w.start)
         # A window slow for most of its length counts twice, except after
         # windows that had only a slow tail: a tail then a slow window can
         # be two short congestions of one switch, each of them benign. The
@@ -859,15 +866,6 @@ class Analyzer:
                   and any(p in w.strong and p not in w.held for p in f.pairs)
                   and (st.count == 0 or not st.tails))
         count, first = st.count + (2 if double else 1), st.first
-        thin = f.symptom == "latency" and all(p in w.tail_only for p in f.pairs)
-        # A gap: only a slow tail, on pairs the component is on every path
-        # of, after a slower window or on fewer than half of the last
-        # window's pairs. One slowdown lasting from before this window into
-        # the next would have filled it (a creeping one fills it more, not
-        # less). Two congestions of one ToR 38 s apart made three slow
-        # windows in a row and an incident.
-        gap = (thin and st.count > 0 and self._on_every_path(key)
-               and (not st.tails or 2 * len(f.pairs) < len(st.pairs)))
         tails = st.tails and thin
         pairs = frozenset(f.pairs)
         guess = guessed(f)
@@ -879,10 +877,9 @@ class Analyzer:
             prev = streaks[key]
             count, first = max(count, prev.count), min(first, prev.first)
             tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
-            gap = gap and prev.gap
             anchor, named = anchor | prev.anchor, named | prev.named
         w.advanced.add(key)
-        streaks[key] = Streak(count, first, tails, pairs, guess, anchor, named, gap)
+        streaks[key] = Streak(count, first, tails, pairs, guess, anchor, named)
         return streaks[key]
 
     def _on_every_path(self, key: tuple[str, str]) -> bool:

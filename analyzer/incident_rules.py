@@ -39,8 +39,6 @@ class Streak:
     # That finding's component (two, where one window named two): a guess
     # passes the run only to a name touching it, as the run itself would.
     named: frozenset[tuple[str, str]] = frozenset()
-    # Its last window was a gap between two slowdowns (Analyzer._advance).
-    gap: bool = False
 
 
 def guessed(f: Finding) -> bool:

@@ -1300,6 +1300,18 @@ def test_two_congestions_of_one_tor_with_only_a_tail_between_them_are_two_episod
     assert run(tor, under, thin={0, 1}, few={0}) == [(tor, T0)]
     assert run(tor, under, thin=set()) == [(tor, T0)]
     assert run(spine, across, thin={1}) == [(spine, T0)]
+    # A ToR named weakly (it must last four windows) three windows, then a
+    # guess about a tail on two of its pairs: the guess carried the ToR's
+    # run on and opened an endpoint incident (inject 1109: two congestions
+    # of a ToR, then a spine's on a few of its pairs).
+    a = Analyzer(engine.topo, engine.cfg)
+    guess = Component("endpoint", LAY.endpoint(0, 0))
+    for k, f in enumerate([Finding(tor, "underlay", "latency", under, 0.3)] * 3
+                          + [Finding(guess, "unknown", "latency", under[:2], 0.2)]):
+        a._update_incidents(T0 + k * W, [f], {}, set(under), dict.fromkeys(f.pairs, "latency"),
+                            a._open, a._streak, a._persist,
+                            tail_only=set(f.pairs) if k == 3 else set())
+    assert a.list_incidents() == []
 
 
 def test_a_slow_hosts_pairs_do_not_make_a_congestion_of_its_tor_count_double():
