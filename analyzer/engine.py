@@ -1040,9 +1040,9 @@ class Analyzer:
     def _may_follow(self, f: Finding, before: dict[tuple[str, str], Streak],
                     k: tuple[str, str]) -> bool:
         """Whether finding `f` may continue last window's streak `k`: a
-        related component, or any after a guess (an endpoint, or a link
-        named by a pooled loss alone, which may be either end's) that one
-        related to the run's last located name; not a flow's fact the
+        related component, or after a guess (an endpoint, or a link named
+        by a pooled loss alone, which may be either end's) any component
+        related to the run's last located one; not a flow's fact the
         finding is mostly not about (stands_for)."""
         key = (f.component.type, f.component.id)
         st = before[k]
