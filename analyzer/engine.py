@@ -846,26 +846,28 @@ class Analyzer:
         st = (w.before.get(key)
               or continued(w.before, f.pairs, partial(self._may_follow, f, w.before))
               or Streak(0, w.start))
-        thin = f.symptom == "latency" and all(p in w.tail_only for p in f.pairs)
-        if thin and st.count and self._on_every_path(key) and (
-                not st.tails or 2 * len(f.pairs) < len(st.pairs)):
-            # A gap: only a slow tail, on pairs the component is on every
-            # path of, after a slower window or on fewer than half of the
-            # last window's pairs. One slowdown lasting from before this
+        tail = sum(1 for p in f.pairs if p in w.tail_only) if f.symptom == "latency" else 0
+        if 2 * tail > len(f.pairs) and st.count and not st.filled and \
+                self._on_every_path(key) and (not st.tails or 2 * len(f.pairs) < len(st.pairs)):
+            # A gap: only a slow tail on most pairs the component is on
+            # every path of, after a slower window or on fewer than half of
+            # the last window's pairs, in a run no window of which was slow
+            # for most of its length. A slowdown lasting from before this
             # window into the next would have filled it (a creeping one
-            # fills it more, not less). The run starts here: two
-            # congestions of one ToR 38 s apart made three slow windows in
-            # a row and an incident.
+            # fills it more, not less); a congestion under 20 s fills none.
+            # The run starts here: two congestions of one ToR 38 s apart
+            # made three slow windows in a row and an incident.
             st = Streak(0, w.start)
+        thin = f.symptom == "latency" and tail == len(f.pairs)
         # A window slow for most of its length counts twice, except after
         # windows that had only a slow tail: a tail then a slow window can
         # be two short congestions of one switch, each of them benign. The
         # pairs of an open incident are slow for its fault: a slow host's
         # pairs under a ToR counted the ToR's 14 s congestion twice.
-        double = (f.symptom == "latency"
-                  and any(p in w.strong and p not in w.held for p in f.pairs)
-                  and (st.count == 0 or not st.tails))
+        full = f.symptom == "latency" and any(p in w.strong and p not in w.held for p in f.pairs)
+        double = full and (st.count == 0 or not st.tails)
         count, first = st.count + (2 if double else 1), st.first
+        filled = st.filled or full
         tails = st.tails and thin
         pairs = frozenset(f.pairs)
         guess = guessed(f)
@@ -877,9 +879,10 @@ class Analyzer:
             prev = streaks[key]
             count, first = max(count, prev.count), min(first, prev.first)
             tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
+            filled = filled or prev.filled
             anchor, named = anchor | prev.anchor, named | prev.named
         w.advanced.add(key)
-        streaks[key] = Streak(count, first, tails, pairs, guess, anchor, named)
+        streaks[key] = Streak(count, first, tails, pairs, guess, anchor, named, filled)
         return streaks[key]
 
     def _on_every_path(self, key: tuple[str, str]) -> bool:

@@ -39,6 +39,10 @@ class Streak:
     # That finding's component (two, where one window named two): a guess
     # passes the run only to a name touching it, as the run itself would.
     named: frozenset[tuple[str, str]] = frozenset()
+    # A window of it was slow for most of its length (on pairs no open
+    # incident holds): a slowdown of 22 s at least, longer than any
+    # congestion.
+    filled: bool = False
 
 
 def guessed(f: Finding) -> bool:

@@ -1277,18 +1277,20 @@ def test_two_congestions_of_one_tor_with_only_a_tail_between_them_are_two_episod
              for b in range(a + 1, 4) if 0 in (LAY.tor_index(a), LAY.tor_index(b))]
     across = [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for r in range(2) for a, b in CROSS]
 
-    def run(component, pairs, thin, few=()):
+    def run(component, pairs, thin, few=(), full=(), most=()):
         """Three windows of one component's slow pairs; `thin`: which of
-        them held only a slow tail; `few`: which were slow on two of the
-        pairs only. The incidents they opened."""
+        them held only a slow tail (`most`: on all but two of the pairs);
+        `few`: which were slow on two of the pairs only; `full`: which were
+        slow for most of their length. The incidents they opened."""
         a = Analyzer(engine.topo, engine.cfg)
         opened = []
         for k in range(3):
             slow = pairs[:2] if k in few else pairs
+            tails = set(slow[2:] if k in most else slow) if k in thin else set()
             opened += a._update_incidents(
                 T0 + k * W, [Finding(component, "underlay", "latency", slow, 0.8)], {},
                 set(pairs), dict.fromkeys(slow, "latency"), a._open, a._streak, a._persist,
-                tail_only=set(slow) if k in thin else set())
+                strong=set(slow) if k in full else set(), tail_only=tails)
         return [(i.component, i.start) for i in opened]
 
     assert engine.cfg.latency_persist_windows == 3
@@ -1300,6 +1302,12 @@ def test_two_congestions_of_one_tor_with_only_a_tail_between_them_are_two_episod
     assert run(tor, under, thin={0, 1}, few={0}) == [(tor, T0)]
     assert run(tor, under, thin=set()) == [(tor, T0)]
     assert run(spine, across, thin={1}) == [(spine, T0)]
+    # A tail on most pairs is a gap too (inject busy 1030: 42 of 75 pairs
+    # only a tail, the rest slow for a part of the window).
+    assert run(tor, under, thin={0, 2}, most={2}) == []
+    # A slowdown that filled a window is longer than any congestion: a tail
+    # after it is where it ended, and the run stands (a 45 s slowdown).
+    assert run(tor, under, thin={0, 2}, full={1}) == [(tor, T0)]
     # A ToR named weakly (it must last four windows) three windows, then a
     # guess about a tail on two of its pairs: the guess carried the ToR's
     # run on and opened an endpoint incident (inject 1109: two congestions
