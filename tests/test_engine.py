@@ -67,6 +67,15 @@ def feed(engine, k, bad=(), lost=150, sizes=(64,), base=13, proto="udp"):
     return engine.tick(T0 + (k + 1) * W + 5)
 
 
+def take(a, k, findings, symptom="latency", **kw):
+    """Window k's findings straight into the engine's incident rules (no
+    detector, no localization), their pairs observed and anomalous with
+    `symptom`: the incidents they changed."""
+    pairs = [p for f in findings for p in f.pairs]
+    return a._update_incidents(T0 + k * W, findings, {}, set(pairs), dict.fromkeys(pairs, symptom),
+                               a._open, a._streak, a._persist, **kw)
+
+
 def test_healthy_windows_raise_nothing_and_diagnose_ok(engine):
     for k in range(3):
         assert feed(engine, k) == []
@@ -819,10 +828,7 @@ def test_one_component_named_twice_in_a_window_is_one_window_of_evidence(engine)
     other = [(LAY.endpoint(1, 0), LAY.endpoint(2, 0)), (LAY.endpoint(1, 0), LAY.endpoint(3, 0))]
 
     def window(k: int, findings: list[Finding]) -> list:
-        pairs = [p for f in findings for p in f.pairs]
-        return engine._update_incidents(T0 + k * W, findings, {}, set(pairs),
-                                        dict.fromkeys(pairs, "latency"), engine._open,
-                                        engine._streak, engine._persist)
+        return take(engine, k, findings)
 
     assert engine.cfg.latency_persist_windows == 3
     assert window(0, [Finding(tor, "underlay", "latency", half, 0.5),
@@ -1122,10 +1128,7 @@ def test_a_link_named_beside_a_failing_switch_its_pairs_may_cross_waits_a_window
               if r or a != 0]
 
     def window(k, findings):
-        pairs = [p for f in findings for p in f.pairs]
-        return engine._update_incidents(T0 + k * W, findings, {}, set(pairs),
-                                        dict.fromkeys(pairs, "loss"), engine._open,
-                                        engine._streak, engine._persist)
+        return take(engine, k, findings, "loss")
 
     first = window(h, [Finding(spine, "underlay", "loss", others, 0.7),
                        Finding(nic, "underlay", "loss", theirs, 0.75)])
@@ -1195,10 +1198,7 @@ def test_a_guess_left_over_by_one_congestion_does_not_pass_its_run_to_another(en
     assert engine.cfg.latency_persist_windows == 3
 
     def window(k, findings):
-        pairs = [p for f in findings for p in f.pairs]
-        return engine._update_incidents(T0 + k * W, findings, {}, set(pairs),
-                                        dict.fromkeys(pairs, "latency"), engine._open,
-                                        engine._streak, engine._persist)
+        return take(engine, k, findings)
 
     def two_windows():
         assert window(0, [Finding(tor, "underlay", "latency", under, 0.8)]) == []
@@ -1236,10 +1236,7 @@ def test_a_guess_left_over_by_one_tors_congestion_does_not_pass_its_run_to_the_o
                 for b in range(a + 1, 4) if t in (LAY.tor_index(a), LAY.tor_index(b))]
 
     def window(k, findings):
-        pairs = [p for f in findings for p in f.pairs]
-        return engine._update_incidents(T0 + k * W, findings, {}, set(pairs),
-                                        dict.fromkeys(pairs, "latency"), engine._open,
-                                        engine._streak, engine._persist)
+        return take(engine, k, findings)
 
     def first_two():
         assert window(0, [Finding(tors[0], "underlay", "latency", under(0), 0.8)]) == []
@@ -1343,10 +1340,7 @@ def test_a_slow_hosts_pairs_do_not_make_a_congestion_of_its_tor_count_double():
     assert a.cfg.latency_persist_windows == 3
 
     def window(k, findings):
-        pairs = [p for f in findings for p in f.pairs]
-        return a._update_incidents(T0 + k * W, findings, {}, set(pairs),
-                                   dict.fromkeys(pairs, "latency"), a._open, a._streak,
-                                   a._persist, strong=set(of_host))
+        return take(a, k, findings, strong=set(of_host))
 
     for k in range(2):
         window(k, [Finding(host, "host", "latency", of_host, 0.9)])
