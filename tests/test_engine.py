@@ -1353,9 +1353,7 @@ def test_a_slow_hosts_pairs_do_not_make_a_congestion_of_its_tor_count_double():
     window(4, [Finding(host, "host", "latency", of_host, 0.9)])
     b = Analyzer(a.topo, a.cfg)
     for k in range(2):
-        b._update_incidents(T0 + k * W, [Finding(tor, "underlay", "latency", of_tor, 0.8)], {},
-                            set(of_tor), dict.fromkeys(of_tor, "latency"), b._open,
-                            b._streak, b._persist, strong=set(of_tor))
+        take(b, k, [Finding(tor, "underlay", "latency", of_tor, 0.8)], strong=set(of_tor))
     assert [i.component for i in b.list_incidents()] == [tor]
 
 
