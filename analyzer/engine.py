@@ -12,7 +12,6 @@ import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
-from functools import partial
 
 import numpy as np
 
@@ -33,6 +32,9 @@ from analyzer.incident_rules import (
     continued,
     guessed,
     half_shared,
+    joined,
+    may_follow,
+    next_streak,
     outranks,
     reported,
     stands_for,
@@ -844,46 +846,16 @@ class Analyzer:
         # to the next (its link, then its switch when other pairs join):
         # a streak follows the pairs, not the name.
         st = (w.before.get(key)
-              or continued(w.before, f.pairs, partial(self._may_follow, f, w.before))
+              or continued(w.before, f.pairs,
+                           lambda k: may_follow(f, w.before[k], k, self._related))
               or Streak(0, w.start))
-        tail = sum(1 for p in f.pairs if p in w.tail_only) if f.symptom == "latency" else 0
-        if 2 * tail > len(f.pairs) and st.count and not st.filled and \
-                self._on_every_path(key) and (not st.tails or 2 * len(f.pairs) < len(st.pairs)):
-            # A gap: only a slow tail on most pairs the component is on
-            # every path of, after a slower window or on fewer than half of
-            # the last window's pairs, in a run no window of which was slow
-            # for most of its length. A slowdown lasting from before this
-            # window into the next would have filled it (a creeping one
-            # fills it more, not less); a congestion under 20 s fills none.
-            # The run starts here: two congestions of one ToR 38 s apart
-            # made three slow windows in a row and an incident.
-            st = Streak(0, w.start)
-        thin = f.symptom == "latency" and tail == len(f.pairs)
-        # A window slow for most of its length counts twice, except after
-        # windows that had only a slow tail: a tail then a slow window can
-        # be two short congestions of one switch, each of them benign. The
-        # pairs of an open incident are slow for its fault: a slow host's
-        # pairs under a ToR counted the ToR's 14 s congestion twice.
-        full = f.symptom == "latency" and any(p in w.strong and p not in w.held for p in f.pairs)
-        double = full and (st.count == 0 or not st.tails)
-        count, first = st.count + (2 if double else 1), st.first
-        filled = st.filled or full
-        tails = st.tails and thin
-        pairs = frozenset(f.pairs)
-        guess = guessed(f)
-        anchor, named = (st.anchor, st.named) if guess else (pairs, frozenset({key}))
+        st = next_streak(st, f, w.start, tail_only=w.tail_only, strong=w.strong, held=w.held,
+                         on_every_path=self._on_every_path(key))
         if key in w.advanced:
-            # One component named twice in one window (two sets of its
-            # links) is one window of evidence, not two: counted twice,
-            # an 18 s congestion over two windows opened an incident.
-            prev = streaks[key]
-            count, first = max(count, prev.count), min(first, prev.first)
-            tails, pairs, guess = tails and prev.tails, pairs | prev.pairs, guess and prev.guess
-            filled = filled or prev.filled
-            anchor, named = anchor | prev.anchor, named | prev.named
+            st = joined(st, streaks[key])
         w.advanced.add(key)
-        streaks[key] = Streak(count, first, tails, pairs, guess, anchor, named, filled)
-        return streaks[key]
+        streaks[key] = st
+        return st
 
     def _on_every_path(self, key: tuple[str, str]) -> bool:
         """Whether every flow of a finding's pairs crosses its component: a
@@ -1039,33 +1011,6 @@ class Analyzer:
         return any((anomalous.get(p) in LOSSY if lossy_only else p in anomalous)
                    and p[0] not in stopped and p[1] not in stopped and p not in other
                    for p in inc.pairs)
-
-    def _may_follow(self, f: Finding, before: dict[tuple[str, str], Streak],
-                    k: tuple[str, str]) -> bool:
-        """Whether finding `f` may continue last window's streak `k`: a
-        related component, or after a guess (an endpoint, or a link named
-        by a pooled loss alone, which may be either end's) any component
-        related to the run's last located one; not a flow's fact the
-        finding is mostly not about (stands_for)."""
-        key = (f.component.type, f.component.id)
-        st = before[k]
-        shared = sum(1 for p in f.pairs if p in st.pairs)
-        located = st.pairs if not st.guess else st.anchor
-        about = shared if not st.guess else sum(1 for p in f.pairs if p in located)
-        if located and not guessed(f) and 2 * about < len(located):
-            # A located finding's run (or a guess's that carried one on: its
-            # leftover pairs) passes on only to a finding about at least half
-            # of its pairs: a ToR's congestion, then a spine's 40 s later
-            # sharing one leftover pair, are two episodes; so are a ToR's
-            # congestion over its 75 pairs and a spike on three of them the
-            # window after (it named one of its NIC links).
-            return False
-        if st.guess and st.named and not any(self._related(key, n) for n in st.named):
-            # A guess left over by one ToR's congestion, then the other
-            # ToR's of the rail: most pairs of either cross both, but they
-            # are two switches' episodes, as without the guess between.
-            return False
-        return (self._related(key, k) or st.guess) and stands_for(k[0], shared, f)
 
     def _vote(self, inc: Incident, f: Finding) -> None:
         """Count a link or switch finding towards the incident it belongs to."""

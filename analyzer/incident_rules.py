@@ -1,11 +1,13 @@
-"""How one window's findings become incidents, rule by rule: which finding
-may carry another's run of windows on, stand for it, or rename it; and the
+"""How one window's findings become incidents, rule by rule: how a
+finding's run of windows grows, restarts or counts a window twice; which
+finding may carry another's run on, stand for it, or rename it; and the
 confidence an incident reports. Pure functions of findings and their pair
-sets, kept apart from the engine's state so each rule reads on its own."""
+sets, kept apart from the engine's state so each rule reads on its own and
+is tested without one (tests/test_incident_rules.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Container, Sequence
 from dataclasses import dataclass
 
 from analyzer.localize import Finding, Pair
@@ -20,6 +22,7 @@ _RANK = {"agent": 6, "vswitch_rule": 5, "nic": 4, "host": 3, "switch": 2, "link"
 # Facts about where one flow's packets go (a broken rule, a NIC's stale copy
 # of one): they lose or misdeliver that flow's packets and slow nothing.
 FLOW_FACTS = {"vswitch_rule", "nic"}
+Key = tuple[str, str]  # a component: (type, id)
 
 
 @dataclass
@@ -34,7 +37,7 @@ class Streak:
     pairs: frozenset[Pair] = frozenset()
     guess: bool = False  # named by a guess (guessed): any name may follow
     # The pairs of the run's last located (not guessed) finding: what a guess
-    # carrying the run on may pass it to (Analyzer._may_follow). Empty: none yet.
+    # carrying the run on may pass it to (may_follow). Empty: none yet.
     anchor: frozenset[Pair] = frozenset()
     # That finding's component (two, where one window named two): a guess
     # passes the run only to a name touching it, as the run itself would.
@@ -94,3 +97,77 @@ def half_shared(mine: set[Pair], theirs: Collection[Pair]) -> int:
     smaller one (the same fault seen twice), else 0."""
     n = sum(1 for p in theirs if p in mine)
     return n if n and 2 * n >= min(len(mine), len(theirs)) else 0
+
+
+
+def may_follow(f: Finding, st: Streak, k: Key, related: Callable[[Key, Key], bool]) -> bool:
+    """Whether finding `f` may continue last window's streak `st` of
+    component `k`: a related component (`related`: the same or touching,
+    Analyzer._related), or after a guess (an endpoint, or a link named by a
+    pooled loss alone, which may be either end's) any component related to
+    the run's last located one; not a flow's fact the finding is mostly not
+    about (stands_for)."""
+    key = (f.component.type, f.component.id)
+    shared = sum(1 for p in f.pairs if p in st.pairs)
+    located = st.pairs if not st.guess else st.anchor
+    about = shared if not st.guess else sum(1 for p in f.pairs if p in located)
+    if located and not guessed(f) and 2 * about < len(located):
+        # A located finding's run (or a guess's that carried one on: its
+        # leftover pairs) passes on only to a finding about at least half
+        # of its pairs: a ToR's congestion, then a spine's 40 s later
+        # sharing one leftover pair, are two episodes; so are a ToR's
+        # congestion over its 75 pairs and a spike on three of them the
+        # window after (it named one of its NIC links).
+        return False
+    if st.guess and st.named and not any(related(key, n) for n in st.named):
+        # A guess left over by one ToR's congestion, then the other
+        # ToR's of the rail: most pairs of either cross both, but they
+        # are two switches' episodes, as without the guess between.
+        return False
+    return (related(key, k) or st.guess) and stands_for(k[0], shared, f)
+
+
+def next_streak(st: Streak, f: Finding, start: float, *, tail_only: Container[Pair],
+                strong: Container[Pair], held: Container[Pair], on_every_path: bool
+                ) -> Streak:
+    """The run `st` one window longer by finding `f` (a window starting at
+    `start`). `tail_only`: pairs whose only anomaly this window is a slow
+    tail; `strong`: pairs slow for most of it; `held`: pairs of incidents
+    open at its start; `on_every_path`: every flow of the finding's pairs
+    crosses its component (Analyzer._on_every_path)."""
+    latency = f.symptom == "latency"
+    tail = sum(1 for p in f.pairs if p in tail_only) if latency else 0
+    if 2 * tail > len(f.pairs) and st.count and not st.filled and on_every_path and (
+            not st.tails or 2 * len(f.pairs) < len(st.pairs)):
+        # A gap: only a slow tail on most pairs the component is on
+        # every path of, after a slower window or on fewer than half of
+        # the last window's pairs, in a run no window of which was slow
+        # for most of its length. A slowdown lasting from before this
+        # window into the next would have filled it (a creeping one
+        # fills it more, not less); a congestion under 20 s fills none.
+        # The run starts here: two congestions of one ToR 38 s apart
+        # made three slow windows in a row and an incident.
+        st = Streak(0, start)
+    thin = latency and tail == len(f.pairs)
+    # A window slow for most of its length counts twice, except after
+    # windows that had only a slow tail: a tail then a slow window can
+    # be two short congestions of one switch, each of them benign. The
+    # pairs of an open incident are slow for its fault: a slow host's
+    # pairs under a ToR counted the ToR's 14 s congestion twice.
+    full = latency and any(p in strong and p not in held for p in f.pairs)
+    double = full and (st.count == 0 or not st.tails)
+    pairs = frozenset(f.pairs)
+    guess = guessed(f)
+    anchor, named = ((st.anchor, st.named) if guess
+                     else (pairs, frozenset({(f.component.type, f.component.id)})))
+    return Streak(st.count + (2 if double else 1), st.first, st.tails and thin, pairs,
+                  guess, anchor, named, st.filled or full)
+
+
+def joined(a: Streak, b: Streak) -> Streak:
+    """One component's two streaks of one window (two sets of its links
+    named) as one window of evidence, not two: counted twice, an 18 s
+    congestion over two windows opened an incident."""
+    return Streak(max(a.count, b.count), min(a.first, b.first), a.tails and b.tails,
+                  a.pairs | b.pairs, a.guess and b.guess, a.anchor | b.anchor,
+                  a.named | b.named, a.filled or b.filled)
