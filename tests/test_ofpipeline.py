@@ -56,6 +56,20 @@ def test_library_gaps_are_covered():
     assert [m.value for m in br2.flows[3].match or () if m.field == "packet_type"] == ["1,0x800"]
 
 
+def test_tabs_between_fields_read_as_spaces():
+    """The ovs library's parser loops for ever, allocating, on a tab after a
+    value ("table=1\t, priority=1"); to us a tab is whitespace."""
+    text = (REAL / "ovs_ofp-print_nxst_reply.txt").read_text()
+    tabbed = text.replace(", ", "\t, ").replace(" actions=", "\tactions=")
+    assert tabbed != text
+
+    def read(t: str) -> list[tuple[object, ...]]:
+        return [(f.line, f.table, f.priority, f.match, f.actions) for f in read_dump(t).flows]
+    assert read(tabbed) == read(text)
+    one = read_dump("table=1,\tpriority=7,ip,nw_dst=10.0.0.1\tactions=output:2\n")
+    assert [(f.table, f.priority, f.understood) for f in one.flows] == [(1, 7, True)]
+
+
 def test_an_action_we_cannot_interpret_is_an_explicit_unknown():
     nsh = read_dump((REAL / "ovs_nsh_table1.txt").read_text())
     assert [b.why for b in nsh.not_understood] == ["action not interpreted: encap"]
