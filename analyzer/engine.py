@@ -87,6 +87,9 @@ class _Tally:
     spoken: set[str] = dataclasses.field(default_factory=set)
     # Pairs the incidents open at the window's start hold.
     held: set[Pair] = dataclasses.field(default_factory=set)
+    # Per pair id, the share of its received probes in the slow tail this
+    # window; None: not known (a tail is taken to have lasted the window).
+    slow_share: np.ndarray | None = None
 
 
 class _Explained:
@@ -543,10 +546,13 @@ class Analyzer:
             counts = (np.bincount(pid, weights=sent * obs.loss_baseline, minlength=npairs),
                       pair_lost)
             self._win_sent, self._win_lost = pair_sent, pair_lost
+            received = np.bincount(pid, weights=sent - lost, minlength=npairs)
+            in_tail = np.bincount(pid, weights=slow, minlength=npairs)
+            share = np.divide(in_tail, received, out=np.zeros(npairs), where=received > 0)
             before = len(self.incidents)
             changed += self._update_incidents(start, findings, evidence, healthy | set(anomalous),
                                               anomalous, self._open, self._streak, self._persist,
-                                              strong, counts, tail_only)
+                                              strong, counts, tail_only, share)
             for inc_id in list(self.incidents)[before:]:
                 self._onset_due[inc_id] = self.incidents[inc_id].start
         else:  # a quiet window ends every streak: persistence means windows in a row
@@ -720,15 +726,18 @@ class Analyzer:
                           streaks: dict[tuple[str, str], Streak],
                           persist: Callable[[str], int], strong: Container[Pair] = (),
                           counts: tuple[np.ndarray, np.ndarray] | None = None,
-                          tail_only: Container[Pair] = ()) -> list[Incident]:
+                          tail_only: Container[Pair] = (),
+                          slow_share: np.ndarray | None = None) -> list[Incident]:
         """Findings that persisted open (or grow) incidents; components whose
         pairs were seen healthy close theirs. `counts`: probes expected lost
         at each row's healthy rate and probes lost, per pair id this window,
         to tell a clean window from a quiet one. `strong`: pairs slow for most
-        of the window; `tail_only`: pairs whose only anomaly is a slow tail."""
+        of the window; `tail_only`: pairs whose only anomaly is a slow tail;
+        `slow_share`: per pair id, the share of its probes in the slow tail."""
         self._note_twins(findings)
         w = _Tally(start, evidence, anomalous, strong, counts, tail_only, before=dict(streaks),
-                   held={p for i in open_map.values() for p in self.incidents[i].pairs})
+                   held={p for i in open_map.values() for p in self.incidents[i].pairs},
+                   slow_share=slow_share)
         for f in findings:
             self._take(f, findings, w, open_map, streaks, persist)
         for f in findings:
@@ -781,7 +790,16 @@ class Analyzer:
         weak = (f.component.type == "endpoint" or f.confidence < WEAK_CONFIDENCE
                 or self._beside_switch(f, findings))
         need = persist(f.symptom) + (1 if weak else 0)
-        if (st.count < need or not self._lasted(f.symptom, st.first, w.start)) and \
+        # A slowdown on a component every path of its pairs crosses, no
+        # window of which was slow for most of its length: the share of its
+        # probes in the slow tail is the share of the time the path was
+        # slow. Until that adds up to latency_min_seconds it is short
+        # congestion, however many windows it touched: a ToR's 7 s and 8 s
+        # congestions 27 s apart touched three windows and opened an
+        # incident (bench/inject.py busy 20 an hour, seed 1415).
+        brief = f.symptom == "latency" and not st.filled and \
+            st.slow_s < self.cfg.latency_min_seconds and self._on_every_path(key)
+        if (st.count < need or not self._lasted(f.symptom, st.first, w.start) or brief) and \
                 key not in open_map:
             return
         ev = dict(f.evidence)
@@ -850,12 +868,22 @@ class Analyzer:
                            lambda k: may_follow(f, w.before[k], k, self._related))
               or Streak(0, w.start))
         st = next_streak(st, f, w.start, tail_only=w.tail_only, strong=w.strong, held=w.held,
-                         on_every_path=self._on_every_path(key))
+                         on_every_path=self._on_every_path(key), slow_s=self._slow_s(f, w))
         if key in w.advanced:
             st = joined(st, streaks[key])
         w.advanced.add(key)
         streaks[key] = st
         return st
+
+    def _slow_s(self, f: Finding, w: _Tally) -> float:
+        """Seconds of this window the finding's probes were in the slow tail:
+        the median over its pairs of their tail's share, times the window (a
+        window that lost probes counts whole: it was no congestion)."""
+        if w.slow_share is None or f.symptom != "latency":
+            return self._window_len
+        ids = [self._pair_id[p] for p in f.pairs if p in self._pair_id]
+        ids = [i for i in ids if i < len(w.slow_share)]
+        return float(np.median(w.slow_share[ids])) * self._window_len if ids else 0.0
 
     def _on_every_path(self, key: tuple[str, str]) -> bool:
         """Whether every flow of a finding's pairs crosses its component: a

@@ -46,6 +46,10 @@ class Streak:
     # incident holds): a slowdown of 22 s at least, longer than any
     # congestion.
     filled: bool = False
+    # Seconds of slow tail summed over its windows (each window's share of
+    # the finding's probes in the slow tail, times its length): how long a
+    # run of tails alone was slow, where a slowdown of the whole path is.
+    slow_s: float = 0.0
 
 
 def guessed(f: Finding) -> bool:
@@ -128,13 +132,14 @@ def may_follow(f: Finding, st: Streak, k: Key, related: Callable[[Key, Key], boo
 
 
 def next_streak(st: Streak, f: Finding, start: float, *, tail_only: Container[Pair],
-                strong: Container[Pair], held: Container[Pair], on_every_path: bool
-                ) -> Streak:
+                strong: Container[Pair], held: Container[Pair], on_every_path: bool,
+                slow_s: float = 0.0) -> Streak:
     """The run `st` one window longer by finding `f` (a window starting at
     `start`). `tail_only`: pairs whose only anomaly this window is a slow
     tail; `strong`: pairs slow for most of it; `held`: pairs of incidents
     open at its start; `on_every_path`: every flow of the finding's pairs
-    crosses its component (Analyzer._on_every_path)."""
+    crosses its component (Analyzer._on_every_path); `slow_s`: the seconds
+    of this window the finding's probes were in the slow tail."""
     latency = f.symptom == "latency"
     tail = sum(1 for p in f.pairs if p in tail_only) if latency else 0
     if 2 * tail > len(f.pairs) and st.count and not st.filled and on_every_path and (
@@ -161,7 +166,7 @@ def next_streak(st: Streak, f: Finding, start: float, *, tail_only: Container[Pa
     anchor, named = ((st.anchor, st.named) if guess
                      else (pairs, frozenset({(f.component.type, f.component.id)})))
     return Streak(st.count + (2 if double else 1), st.first, st.tails and thin, pairs,
-                  guess, anchor, named, st.filled or full)
+                  guess, anchor, named, st.filled or full, st.slow_s + slow_s)
 
 
 def joined(a: Streak, b: Streak) -> Streak:
@@ -170,4 +175,4 @@ def joined(a: Streak, b: Streak) -> Streak:
     congestion over two windows opened an incident."""
     return Streak(max(a.count, b.count), min(a.first, b.first), a.tails and b.tails,
                   a.pairs | b.pairs, a.guess and b.guess, a.anchor | b.anchor,
-                  a.named | b.named, a.filled or b.filled)
+                  a.named | b.named, a.filled or b.filled, max(a.slow_s, b.slow_s))

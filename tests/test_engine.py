@@ -1319,6 +1319,49 @@ def test_two_congestions_of_one_tor_with_only_a_tail_between_them_are_two_episod
     assert a.list_incidents() == []
 
 
+def test_a_tors_slowdown_opens_only_once_its_pairs_were_slow_twenty_seconds(engine):
+    """Three windows in a row of a ToR's pairs slow for a part of each: a
+    guess on one pair (the first congestion's first 2 s), then 5.5 s and 8 s
+    of slow tail (its rest, then a second congestion 27 s later). Every path
+    of a ToR's pairs crosses it, so their tail's share of the probes is the
+    share of the time the ToR was slow: 15.5 s, two short congestions, no
+    incident (before: an incident; bench/inject.py busy 20 an hour, seed
+    1415). Tails on a third of each window are 30 s of slowdown, a fault;
+    a spine carries some of a pair's flows only, so its tail's share says
+    nothing of time and its three windows open as before."""
+    from analyzer.localize import Finding
+
+    feed(engine, 0)  # the pairs get their ids
+    tor = Component("switch", LAY.tor(0, 0))
+    spine = Component("switch", LAY.spine(0))
+    guess = Component("endpoint", LAY.endpoint(0, 0))
+    under = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a in range(4)
+             for b in range(a + 1, 4) if 0 in (LAY.tor_index(a), LAY.tor_index(b))]
+    across = [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for r in range(2) for a, b in CROSS]
+
+    def run(components, pairs, shares, strong=()):
+        """One window per share: its component's finding, every pair's tail
+        that share of its probes. The incidents opened."""
+        a = Analyzer(engine.topo, engine.cfg)
+        feed(a, 0)
+        opened = []
+        for k, (component, share) in enumerate(zip(components, shares, strict=True), start=1):
+            slow = pairs[:1] if component.type == "endpoint" else pairs
+            per_pair = np.zeros(len(a._pairs))
+            per_pair[[a._pair_id[p] for p in slow]] = share
+            opened += take(a, k, [Finding(component, "underlay", "latency", slow, 0.8)],
+                           tail_only=set(slow), slow_share=per_pair,
+                           strong=set(slow) if k in strong else set())
+        return [(i.component, i.start) for i in opened]
+
+    assert engine.cfg.latency_min_seconds == 20.0 and engine.cfg.latency_persist_windows == 3
+    assert run([guess, tor, tor], under, [2 / W, 5.5 / W, 8 / W]) == []
+    assert run([tor] * 4, under, [5 / W] * 4) == [(tor, T0 + W)]  # the fourth: 20 s
+    assert run([guess, tor, tor], under, [10 / W] * 3) == [(tor, T0 + W)]
+    assert run([tor] * 3, under, [0.0, 0.0, 0.0], strong={2}) == [(tor, T0 + W)]
+    assert run([spine] * 3, across, [2 / W, 5.5 / W, 8 / W]) == [(spine, T0 + W)]
+
+
 def test_a_slow_hosts_pairs_do_not_make_a_congestion_of_its_tor_count_double():
     """A slow host's incident open, its pairs slow for all of every window.
     A 14 s congestion of the ToR of one of its NICs, over two windows: the

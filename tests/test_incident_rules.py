@@ -74,11 +74,25 @@ def test_a_guess_carries_the_anchor_and_name_of_the_run_it_continues():
     assert not located.guess and located.named == frozenset({("link", "l1")})
 
 
+def test_a_runs_slow_seconds_add_up_and_start_again_with_it():
+    f = finding("switch", "tor-0", PAIRS)
+    st = Streak(0, 0.0)
+    for start, slow_s in ((0.0, 6.0), (30.0, 4.0)):
+        st = next_streak(st, f, start, tail_only=(), strong=(), held=(), on_every_path=True,
+                         slow_s=slow_s)
+    assert (st.count, st.slow_s) == (2, 10.0)
+    # A gap (a tail after a slower window) starts the run and its seconds again.
+    st = next_streak(st, f, 60.0, tail_only=set(PAIRS), strong=(), held=(),
+                     on_every_path=True, slow_s=3.0)
+    assert (st.count, st.first, st.slow_s) == (1, 60.0, 3.0)
+
+
 def test_joined_is_one_window_of_evidence():
-    a = Streak(3, 10.0, True, frozenset(PAIRS[:2]), True, filled=False)
-    b = Streak(2, 5.0, False, frozenset(PAIRS[2:4]), False, filled=True)
+    a = Streak(3, 10.0, True, frozenset(PAIRS[:2]), True, filled=False, slow_s=4.0)
+    b = Streak(2, 5.0, False, frozenset(PAIRS[2:4]), False, filled=True, slow_s=9.0)
     j = joined(a, b)
-    assert (j.count, j.first, j.tails, j.guess, j.filled) == (3, 5.0, False, False, True)
+    assert (j.count, j.first, j.tails, j.guess, j.filled, j.slow_s) == (3, 5.0, False, False,
+                                                                        True, 9.0)
     assert j.pairs == frozenset(PAIRS[:4])
 
 
