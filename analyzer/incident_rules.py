@@ -47,8 +47,8 @@ class Streak:
     # congestion.
     filled: bool = False
     # Seconds of slow tail summed over its windows (each window's share of
-    # the finding's probes in the slow tail, times its length): how long a
-    # run of tails alone was slow, where a slowdown of the whole path is.
+    # the finding's probes in the slow tail, times its length). On a
+    # component every flow of its pairs crosses, how long the run was slow.
     slow_s: float = 0.0
 
 
@@ -101,7 +101,6 @@ def half_shared(mine: set[Pair], theirs: Collection[Pair]) -> int:
     smaller one (the same fault seen twice), else 0."""
     n = sum(1 for p in theirs if p in mine)
     return n if n and 2 * n >= min(len(mine), len(theirs)) else 0
-
 
 
 def may_follow(f: Finding, st: Streak, k: Key, related: Callable[[Key, Key], bool]) -> bool:

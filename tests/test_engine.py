@@ -1331,7 +1331,6 @@ def test_a_tors_slowdown_opens_only_once_its_pairs_were_slow_twenty_seconds(engi
     nothing of time and its three windows open as before."""
     from analyzer.localize import Finding
 
-    feed(engine, 0)  # the pairs get their ids
     tor = Component("switch", LAY.tor(0, 0))
     spine = Component("switch", LAY.spine(0))
     guess = Component("endpoint", LAY.endpoint(0, 0))
@@ -1343,7 +1342,7 @@ def test_a_tors_slowdown_opens_only_once_its_pairs_were_slow_twenty_seconds(engi
         """One window per share: its component's finding, every pair's tail
         that share of its probes. The incidents opened."""
         a = Analyzer(engine.topo, engine.cfg)
-        feed(a, 0)
+        feed(a, 0)  # a healthy window: the pairs get their ids
         opened = []
         for k, (component, share) in enumerate(zip(components, shares, strict=True), start=1):
             slow = pairs[:1] if component.type == "endpoint" else pairs
