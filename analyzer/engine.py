@@ -790,15 +790,17 @@ class Analyzer:
         weak = (f.component.type == "endpoint" or f.confidence < WEAK_CONFIDENCE
                 or self._beside_switch(f, findings))
         need = persist(f.symptom) + (1 if weak else 0)
-        # A slowdown on a component every path of its pairs crosses, no
-        # window of which was slow for most of its length: the share of its
-        # probes in the slow tail is the share of the time the path was
-        # slow. Until that adds up to latency_min_seconds it is short
-        # congestion, however many windows it touched: a ToR's 7 s and 8 s
-        # congestions 27 s apart touched three windows and opened an
-        # incident (bench/inject.py busy 20 an hour, seed 1415).
+        # A ToR's slowdown, no window of which was slow for most of its
+        # length: every path of its pairs crosses it, so the share of their
+        # probes in the slow tail is the share of the time it was slow.
+        # Until that adds up to latency_min_seconds it is short congestion,
+        # however many windows it touched: a ToR's 7 s and 8 s congestions
+        # 27 s apart touched three windows and opened an incident
+        # (bench/inject.py busy 20 an hour, seed 1415). Congestion is a
+        # switch's; a NIC's, link's or host's slowdown is judged as before
+        # (a fault slowing a few of their flows adds little tail a window).
         brief = f.symptom == "latency" and not st.filled and \
-            st.slow_s < self.cfg.latency_min_seconds and self._on_every_path(key)
+            st.slow_s < self.cfg.latency_min_seconds and self._is_tor(key)
         if (st.count < need or not self._lasted(f.symptom, st.first, w.start) or brief) and \
                 key not in open_map:
             return
@@ -885,14 +887,17 @@ class Analyzer:
         ids = [i for i in ids if i < len(w.slow_share)]
         return float(np.median(w.slow_share[ids])) * self._window_len if ids else 0.0
 
+    def _is_tor(self, key: tuple[str, str]) -> bool:
+        sw = self.topo.switches.get(key[1]) if key[0] == "switch" else None
+        return sw is not None and sw.tier == "tor"
+
     def _on_every_path(self, key: tuple[str, str]) -> bool:
         """Whether every flow of a finding's pairs crosses its component: a
         ToR, a NIC's link, a NIC, a host, an endpoint (a spine or a
         ToR-spine link carries some of a pair's flows only)."""
         kind, ident = key
         if kind == "switch":
-            sw = self.topo.switches.get(ident)
-            return sw is not None and sw.tier == "tor"
+            return self._is_tor(key)
         if kind == "link":
             return self._host_of(ident) is not None
         return kind in ("nic", "host", "endpoint")

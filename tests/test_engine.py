@@ -1328,7 +1328,8 @@ def test_a_tors_slowdown_opens_only_once_its_pairs_were_slow_twenty_seconds(engi
     incident (before: an incident; bench/inject.py busy 20 an hour, seed
     1415). Tails on a third of each window are 30 s of slowdown, a fault;
     a spine carries some of a pair's flows only, so its tail's share says
-    nothing of time and its three windows open as before."""
+    nothing of time and its three windows open as before. Congestion is a
+    switch's: a NIC link's three windows of tail open as before too."""
     from analyzer.localize import Finding
 
     tor = Component("switch", LAY.tor(0, 0))
@@ -1359,6 +1360,9 @@ def test_a_tors_slowdown_opens_only_once_its_pairs_were_slow_twenty_seconds(engi
     assert run([guess, tor, tor], under, [10 / W] * 3) == [(tor, T0 + W)]
     assert run([tor] * 3, under, [0.0, 0.0, 0.0], strong={2}) == [(tor, T0 + W)]
     assert run([spine] * 3, across, [2 / W, 5.5 / W, 8 / W]) == [(spine, T0 + W)]
+    link = Component("link", f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}")
+    own = [p for p in rail_pairs(0) if LAY.endpoint(0, 0) in p]
+    assert run([link] * 3, own, [2 / W, 5.5 / W, 8 / W]) == [(link, T0 + W)]
 
 
 def test_a_slow_hosts_pairs_do_not_make_a_congestion_of_its_tor_count_double():
