@@ -546,7 +546,7 @@ class Analyzer:
             counts = (np.bincount(pid, weights=sent * obs.loss_baseline, minlength=npairs),
                       pair_lost)
             self._win_sent, self._win_lost = pair_sent, pair_lost
-            received = np.bincount(pid, weights=sent - lost, minlength=npairs)
+            received = pair_sent - pair_lost
             in_tail = np.bincount(pid, weights=slow, minlength=npairs)
             share = np.divide(in_tail, received, out=np.zeros(npairs), where=received > 0)
             before = len(self.incidents)
@@ -884,7 +884,6 @@ class Analyzer:
         if w.slow_share is None or f.symptom != "latency":
             return self._window_len
         ids = [self._pair_id[p] for p in f.pairs if p in self._pair_id]
-        ids = [i for i in ids if i < len(w.slow_share)]
         return float(np.median(w.slow_share[ids])) * self._window_len if ids else 0.0
 
     def _is_tor(self, key: tuple[str, str]) -> bool:
