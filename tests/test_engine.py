@@ -54,6 +54,14 @@ def of_endpoint(h, r=0):
 
 # Rail 0's pairs across its two ToRs, and their route through one spine.
 CROSS = [(a, b) for a in range(4) for b in range(a + 1, 4) if LAY.tor_index(a) != LAY.tor_index(b)]
+# Both rails' pairs across the ToRs: a spine's.
+ACROSS = [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for r in range(2) for a, b in CROSS]
+
+
+def under_tor(t):
+    """Rail 0's pairs with an end under its ToR t: the pairs that ToR carries."""
+    return [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a in range(4)
+            for b in range(a + 1, 4) if t in (LAY.tor_index(a), LAY.tor_index(b))]
 
 
 def spine_route(a, b, spine):
@@ -1231,26 +1239,22 @@ def test_a_guess_left_over_by_one_tors_congestion_does_not_pass_its_run_to_the_o
     tors = [Component("switch", LAY.tor(0, t)) for t in (0, 1)]
     guess = Component("endpoint", LAY.endpoint(0, 0))
 
-    def under(t):
-        return [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a in range(4)
-                for b in range(a + 1, 4) if t in (LAY.tor_index(a), LAY.tor_index(b))]
-
     def window(k, findings):
         return take(engine, k, findings)
 
     def first_two():
-        assert window(0, [Finding(tors[0], "underlay", "latency", under(0), 0.8)]) == []
-        assert window(1, [Finding(guess, "unknown", "latency", under(0)[:2], 0.2)]) == []
+        assert window(0, [Finding(tors[0], "underlay", "latency", under_tor(0), 0.8)]) == []
+        assert window(1, [Finding(guess, "unknown", "latency", under_tor(0)[:2], 0.2)]) == []
 
     assert engine.cfg.latency_persist_windows == 3
-    assert 2 * len(set(under(0)) & set(under(1))) >= len(under(0))
+    assert 2 * len(set(under_tor(0)) & set(under_tor(1))) >= len(under_tor(0))
     first_two()
-    assert window(2, [Finding(tors[1], "underlay", "latency", under(1), 0.8)]) == []
+    assert window(2, [Finding(tors[1], "underlay", "latency", under_tor(1), 0.8)]) == []
     assert engine.list_incidents() == []
     # The first ToR again after the guess is the one slowdown, three windows long.
     engine = Analyzer(engine.topo, engine.cfg)
     first_two()
-    opened = window(2, [Finding(tors[0], "underlay", "latency", under(0), 0.8)])
+    opened = window(2, [Finding(tors[0], "underlay", "latency", under_tor(0), 0.8)])
     assert [(i.component, i.start) for i in opened] == [(tors[0], T0)]
 
 
@@ -1270,9 +1274,7 @@ def test_two_congestions_of_one_tor_with_only_a_tail_between_them_are_two_episod
 
     tor = Component("switch", LAY.tor(0, 0))
     spine = Component("switch", LAY.spine(0))
-    under = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a in range(4)
-             for b in range(a + 1, 4) if 0 in (LAY.tor_index(a), LAY.tor_index(b))]
-    across = [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for r in range(2) for a, b in CROSS]
+    under, across = under_tor(0), ACROSS
 
     def run(component, pairs, thin, few=(), full=(), most=()):
         """Three windows of one component's slow pairs; `thin`: which of
@@ -1335,9 +1337,7 @@ def test_a_tors_slowdown_opens_only_once_its_pairs_were_slow_twenty_seconds(engi
     tor = Component("switch", LAY.tor(0, 0))
     spine = Component("switch", LAY.spine(0))
     guess = Component("endpoint", LAY.endpoint(0, 0))
-    under = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a in range(4)
-             for b in range(a + 1, 4) if 0 in (LAY.tor_index(a), LAY.tor_index(b))]
-    across = [(LAY.endpoint(a, r), LAY.endpoint(b, r)) for r in range(2) for a, b in CROSS]
+    under, across = under_tor(0), ACROSS
 
     def run(components, pairs, shares, strong=()):
         """One window per share: its component's finding, every pair's tail

@@ -18,9 +18,9 @@ def finding(kind: str, ident: str, pairs: list[tuple[str, str]], symptom: str = 
 
 
 def step(st: Streak, f: Finding, start: float, *, tail=(), strong=(), held=(),
-         every_path: bool = True) -> Streak:
+         every_path: bool = True, slow_s: float = 0.0) -> Streak:
     return next_streak(st, f, start, tail_only=set(tail), strong=set(strong), held=set(held),
-                       on_every_path=every_path)
+                       on_every_path=every_path, slow_s=slow_s)
 
 
 def tor_run(windows: list[str], every_path: bool = True) -> Streak:
@@ -78,12 +78,10 @@ def test_a_runs_slow_seconds_add_up_and_start_again_with_it():
     f = finding("switch", "tor-0", PAIRS)
     st = Streak(0, 0.0)
     for start, slow_s in ((0.0, 6.0), (30.0, 4.0)):
-        st = next_streak(st, f, start, tail_only=(), strong=(), held=(), on_every_path=True,
-                         slow_s=slow_s)
+        st = step(st, f, start, slow_s=slow_s)
     assert (st.count, st.slow_s) == (2, 10.0)
     # A gap (a tail after a slower window) starts the run and its seconds again.
-    st = next_streak(st, f, 60.0, tail_only=set(PAIRS), strong=(), held=(),
-                     on_every_path=True, slow_s=3.0)
+    st = step(st, f, 60.0, tail=PAIRS, slow_s=3.0)
     assert (st.count, st.first, st.slow_s) == (1, 60.0, 3.0)
 
 
