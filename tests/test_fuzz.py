@@ -40,7 +40,6 @@ FAST = settings(max_examples=int(__import__("os").environ.get("NETSKEL_FUZZ_EXAM
 LAY = Layout(hosts=4, rails=2, hosts_per_tor=2, spines=2)
 DOC = layout_doc(LAY)
 TOPO = parse_topology(DOC)
-TOPO = parse_topology(DOC)
 EPS = sorted(TOPO.endpoints)
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40),
