@@ -39,7 +39,16 @@ from analyzer.incident_rules import (
     reported,
     stands_for,
 )
-from analyzer.localize import CERTAIN, LOSSY, Finding, Pair, localize, unshared, worst_symptom
+from analyzer.localize import (
+    CERTAIN,
+    LOSSY,
+    Finding,
+    Pair,
+    localize,
+    rehome_stray_loss,
+    unshared,
+    worst_symptom,
+)
 from analyzer.onset import drift_onset, ending, onset
 from analyzer.overlay import OverlayTables
 from analyzer.paths import UnderlayPaths
@@ -366,9 +375,11 @@ class Analyzer:
         def candidates(pair: Pair) -> dict[str, float]:
             symptom = anomalous.get(pair)
             return self.routes.accused(pair, symptom) if symptom else self.routes.candidates(pair)
-        return localize(anomalous, healthy, self.dead | self._silent, candidates,
-                        lambda p: self.overlay.round_trip(*p), self._switches_of, clears,
-                        switch_clears, self._host_of, self._container_of, pooled)
+        return rehome_stray_loss(
+            localize(anomalous, healthy, self.dead | self._silent, candidates,
+                     lambda p: self.overlay.round_trip(*p), self._switches_of, clears,
+                     switch_clears, self._host_of, self._container_of, pooled),
+            anomalous, self._may_cross)
 
     def _pooled_links(self, obs: Observation, pid: np.ndarray, anomalous: Mapping[Pair, str]
                       ) -> dict[Pair, str]:

@@ -442,6 +442,45 @@ def test_a_congested_switch_and_a_lossy_link_under_it_are_not_a_lossy_switch():
         ("link", "a1~T0", "loss")]
 
 
+
+def test_lost_probes_a_larger_loss_finding_explains_leave_a_slow_finding_slow():
+    """`rehome_stray_loss`: a located finding's lost pairs go to the larger
+    loss finding whose component they all may cross; it keeps its slow
+    pairs as a slow finding. Nothing moves toward a smaller loss, nor pairs
+    the larger one's component does not cover."""
+    from analyzer.localize import Finding, rehome_stray_loss
+    from netskel.model import Component
+
+    def finding(kind, cid, pairs, symptom):
+        return Finding(component=Component(kind, cid), layer="underlay", symptom=symptom,
+                       pairs=sorted(pairs), confidence=1.0)
+
+    host_pairs = [("h1a", "x1"), ("h1a", "x2"), ("h1b", "x3")]
+    anomalous = dict.fromkeys(host_pairs, "loss") | {("h1a", "y1"): "loss", ("y1", "y2"): "latency",
+                                                     ("y1", "y3"): "latency", ("z1", "z2"): "loss"}
+
+    def may_cross(pair, comp):  # host h1: endpoints named h1*
+        return comp == ("host", "h1") and any(e.startswith("h1") for e in pair)
+
+    host = finding("host", "h1", host_pairs, "loss")
+    link = finding("link", "y1~T", [("h1a", "y1"), ("y1", "y2"), ("y1", "y3")], "loss")
+    other = finding("link", "z1~T", [("z1", "z2")], "loss")
+    out = rehome_stray_loss([host, link, other], anomalous, may_cross)
+    assert [(f.component.id, f.symptom, f.pairs) for f in out] == [
+        ("h1", "loss", sorted(host_pairs + [("h1a", "y1")])),
+        ("y1~T", "latency", [("y1", "y2"), ("y1", "y3")]),
+        ("z1~T", "loss", [("z1", "z2")])]
+    # A finding of lost pairs alone, all the host's, is the host's.
+    lone = finding("link", "h1a~T", [("h1a", "y1")], "loss")
+    out = rehome_stray_loss([host, lone], anomalous, may_cross)
+    assert [f.component.id for f in out] == ["h1"] and ("h1a", "y1") in out[0].pairs
+    # The smaller loss does not take the larger one's pairs, whatever they cross.
+    out = rehome_stray_loss([lone, host], anomalous, lambda p, c: True)
+    assert [(f.component.id, len(f.pairs)) for f in out] == [("h1", 4)]
+    # A slow finding is no home for lost probes.
+    slow_host = finding("host", "h1", host_pairs, "latency")
+    assert rehome_stray_loss([slow_host, link], anomalous, may_cross) == [slow_host, link]
+
 LAY16 = Layout(hosts=16, rails=1, hosts_per_tor=8, spines=4)
 
 
