@@ -792,7 +792,7 @@ class Analyzer:
             w.spoken.add(inc.id)
             return
         w.seen_keys.add(key)
-        st = self._advance(f, key, w, streaks)
+        st = self._advance(f, key, w, streaks, open_map)
         # A finding nothing explains (an endpoint guess), or one the votes
         # barely favour (a link healthy pairs also cross, or one of
         # indistinguishable twins), or a link beside a failing switch its
@@ -871,14 +871,23 @@ class Analyzer:
         return inc
 
     def _advance(self, f: Finding, key: tuple[str, str], w: _Tally,
-                 streaks: dict[tuple[str, str], Streak]) -> Streak:
+                 streaks: dict[tuple[str, str], Streak],
+                 open_map: Container[tuple[str, str]] = ()) -> Streak:
         """The finding's streak, one window longer."""
         # The same fault may be named by another component from one window
         # to the next (its link, then its switch when other pairs join):
-        # a streak follows the pairs, not the name.
+        # a streak follows the pairs, not the name. Not the streak of a
+        # component with an open incident, though: a finding that got this
+        # far is not that incident's fault (_overlapping), and the incident's
+        # own windows are no evidence for another. A link's loss incident
+        # kept up by weak windows on two of its pairs handed its run to
+        # its rail's other ToR, which a 17 s congestion then named on 69
+        # pairs including those two: an incident after one slow window
+        # (bench/inject.py linkloss over 30 congestions an hour, draw 1809).
         st = (w.before.get(key)
               or continued(w.before, f.pairs,
-                           lambda k: may_follow(f, w.before[k], k, self._related))
+                           lambda k: k not in open_map
+                           and may_follow(f, w.before[k], k, self._related))
               or Streak(0, w.start))
         st = next_streak(st, f, w.start, tail_only=w.tail_only, strong=w.strong, held=w.held,
                          on_every_path=self._on_every_path(key), slow_s=self._slow_s(f, w))

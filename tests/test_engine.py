@@ -1247,6 +1247,33 @@ def test_a_guess_left_over_by_one_congestion_does_not_pass_its_run_to_another(en
     assert [(i.component, i.start) for i in opened] == [(link, T0)]
 
 
+
+def test_an_open_incidents_weak_windows_pass_no_run_to_another_component(engine):
+    """A link's loss incident, kept up by weak windows on two of its pairs
+    (a pooled loss, which carries a run on like a guess), then the rail's
+    other ToR slow for one window on pairs including those two. The ToR is
+    not the incident's fault, so the incident's windows are no evidence
+    for it: one slow window, no incident (before: it continued the link's
+    run, three windows, an incident; bench/inject.py linkloss over 30
+    congestions an hour, draw 1809)."""
+    from analyzer.localize import Finding
+
+    ep = LAY.endpoint
+    link = Component("link", f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}")
+    mine = [p for r in range(2) for p in rail_pairs(r) if ep(0, r) in p]
+    opened = take(engine, 0, [Finding(link, "underlay", "loss", mine, 1.0)], symptom="loss")
+    assert [i.component for i in opened] == [link]
+    assert take(engine, 1, []) == []
+    weak = [p for p in under_tor(1) if ep(0, 0) in p]
+    for k in (2, 3):
+        kept = take(engine, k, [Finding(link, "underlay", "loss", weak, 0.4,
+                                        evidence={"pooled_loss": True})], symptom="loss")
+        assert [i.id for i in kept] == [opened[0].id]
+    tor = Component("switch", LAY.tor(0, 1))
+    slow = under_tor(1) + [p for p in rail_pairs(1) if ep(0, 1) not in p]
+    assert take(engine, 4, [Finding(tor, "underlay", "latency", slow, 0.8)]) == []
+    assert [i.component for i in engine.list_incidents()] == [link]
+
 def test_a_guess_left_over_by_one_tors_congestion_does_not_pass_its_run_to_the_other_tor(engine):
     """A ToR congested for a window, the tail of it the next window a guess
     about two of its pairs (which carries the ToR's run on); then the rail's
