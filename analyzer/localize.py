@@ -20,6 +20,10 @@ In order, each step taking the pairs the previous ones left unexplained:
    NICs sit on different rails under different ToRs, so nothing in the
    fabric joins them but the host itself.
 4. What is left is reported as unknown, never forced onto a link.
+
+The cover counts slow and lossy pairs alike; `rehome_stray_loss` (the
+engine applies it with its own may-cross) then gives a finding's lost
+probes to the larger loss finding whose component they all may cross.
 """
 
 from __future__ import annotations
