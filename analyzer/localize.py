@@ -471,7 +471,6 @@ def _absorb_into_switches(found: list[Finding], candidates: Candidates,
     return out
 
 
-
 def rehome_stray_loss(findings: list[Finding], anomalous: Mapping[Pair, str],
                       may_cross: Callable[[Pair, tuple[str, str]], bool]) -> list[Finding]:
     """A located finding's lost probes handed to a larger loss finding of the
@@ -485,32 +484,36 @@ def rehome_stray_loss(findings: list[Finding], anomalous: Mapping[Pair, str],
     agent dying 2 s before a window's end beside an 8 s congestion of its
     ToR a loss incident on the ToR (bench/inject.py hostloss and agentdown
     over 30 congestions an hour, draws 1813, 1814). A lost probe is
-    evidence about what it crossed: the larger loss finding explains it."""
-    def lossy(f: Finding) -> list[Pair]:
-        return [p for p in f.pairs if anomalous.get(p) in LOSSY]
+    evidence about what it crossed: the larger loss finding explains it.
+    A finding that itself moves is no home (its pairs need not cross the
+    next one's component)."""
+    lost = {id(f): [p for p in f.pairs if anomalous.get(p) in LOSSY] for f in findings}
+    homes = sorted((f for f in findings if f.component.type in ("link", "switch", "host")
+                    and f.symptom in LOSSY), key=lambda g: -len(lost[id(g)]))
 
-    lost = {id(f): lossy(f) for f in findings}
-    homes = [f for f in findings if f.component.type in ("link", "switch", "host")
-             and f.symptom in LOSSY]
+    def home_of(f: Finding) -> Finding | None:
+        mine = lost[id(f)]
+        if not mine or not any(f is g for g in homes):
+            return None
+        return next((g for g in homes if len(lost[id(g)]) > len(mine)
+                     and all(may_cross(p, (g.component.type, g.component.id)) for p in mine)),
+                    None)
+
+    home = {id(f): home_of(f) for f in findings}
     moved: dict[int, list[Pair]] = defaultdict(list)
     out: list[Finding] = []
     for f in findings:
-        mine = lost[id(f)]
-        home = None
-        if mine and any(f is g for g in homes):
-            home = next((g for g in sorted(homes, key=lambda g: -len(lost[id(g)]))
-                         if g is not f and len(lost[id(g)]) > len(mine)
-                         and all(may_cross(p, (g.component.type, g.component.id))
-                                 for p in mine)), None)
-        if home is None:
+        h = home[id(f)]
+        if h is None or home[id(h)] is not None:
             out.append(f)
             continue
-        moved[id(home)] += mine
+        moved[id(h)] += lost[id(f)]
         rest = [p for p in f.pairs if anomalous.get(p) not in LOSSY]
         if rest:
             out.append(replace(f, pairs=rest, symptom=worst_symptom(anomalous[p] for p in rest)))
-    return [replace(f, pairs=sorted(set(f.pairs) | set(moved[id(f)]))) if moved.get(id(f)) else f
+    return [replace(f, pairs=sorted(set(f.pairs) | set(moved[id(f)]))) if id(f) in moved else f
             for f in out]
+
 
 # The symptoms of lost probes, and of slow ones.
 LOSSY = ("loss", "unreachable")

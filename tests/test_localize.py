@@ -480,6 +480,22 @@ def test_lost_probes_a_larger_loss_finding_explains_leave_a_slow_finding_slow():
     # A slow finding is no home for lost probes.
     slow_host = finding("host", "h1", host_pairs, "latency")
     assert rehome_stray_loss([slow_host, link], anomalous, may_cross) == [slow_host, link]
+    # The largest home first; and a finding that moves is no home: the
+    # smallest keeps its pairs rather than follow them to a component
+    # they need not cross.
+    tor_pairs = [(f"t{i}", f"u{i}") for i in range(5)]
+    tor = finding("switch", "T", tor_pairs, "loss")
+    anomalous |= dict.fromkeys(tor_pairs, "loss")
+
+    def crosses(pair, comp):  # everything crosses T; only h1's pairs cross h1
+        return comp == ("switch", "T") or may_cross(pair, comp)
+
+    out = rehome_stray_loss([lone, host, tor], anomalous, crosses)
+    assert [(f.component.id, len(f.pairs)) for f in out] == [("T", 9)]
+    out = rehome_stray_loss([lone, host, tor], anomalous,
+                            lambda p, c: c == ("host", "h1") if p == ("h1a", "y1")
+                            else crosses(p, c))
+    assert [(f.component.id, len(f.pairs)) for f in out] == [("h1a~T", 1), ("T", 8)]
 
 LAY16 = Layout(hosts=16, rails=1, hosts_per_tor=8, spines=4)
 
