@@ -135,7 +135,9 @@ def surround(table: pa.Table, truth: dict[str, Any], clean: Path, before: int, a
              ) -> tuple[pa.Table, dict[str, Any]]:
     """A fault recording with copies of a clean one (same topology) placed
     before and after it in time: the held-out set's hour-long recordings,
-    where long-term tests run and a fault sits among clean periods."""
+    where long-term tests run and a fault sits among clean periods. Each
+    copy's congestions join `benign`, moved with it (they were missing:
+    a false incident on a copy's congestion read as having none near)."""
     c = pq.read_table(clean / "probes.parquet")
     ctr = json.loads((clean / "truth.json").read_text())
     dur = float(ctr["t_end"]) - float(ctr["t0"])
@@ -144,8 +146,11 @@ def surround(table: pa.Table, truth: dict[str, Any], clean: Path, before: int, a
               [shift + float(truth["t_end"]) - float(truth["t0"]) + k * dur for k in range(after)]
     cols = c.column_names
     parts = [c.set_column(0, "ts", pc.add(c.column("ts"), off)) for off in offsets]
+    copied = [{**b, **{k: b[k] + off for k in ("start", "end") if b.get(k) is not None}}
+              for off in offsets for b in ctr.get("benign", [])]
     truth = dict(truth, t0=float(truth["t0"]) - before * dur,
-                 t_end=float(truth["t_end"]) + after * dur)
+                 t_end=float(truth["t_end"]) + after * dur,
+                 benign=sorted(truth.get("benign", []) + copied, key=lambda b: b["start"]))
     return pa.concat_tables([*parts, table.select(cols)]), truth
 
 
