@@ -11,10 +11,11 @@ recall 1.0, and at what precision.
         [--missing 0,0.03] [--cuts whole,120:100] [--seed 60]
 
 A line per training job (a debug job's list is the rail-aligned one at any
-sampling), then one JSON line: jobs, `ok` (the dev set's rule: recall 1,
-precision >= 0.99, structure exact), `recall_lost` and which copies lost it,
-mean precision, wrong structures and how many of those carried confidence
-above 0.5. Inference runs in this process (`controller.infer.infer_files`,
+sampling), then one JSON line: `bench/accuracy.py`'s skeleton figures over
+every copy (`summarize_skeleton`: `all_ok` is the dev set's rule, recall 1,
+precision >= 0.99, structure exact), then `recall_lost` and which copies
+lost it, wrong structures and how many of those carried confidence above
+0.5. Inference runs in this process (`controller.infer.infer_files`,
 what `netskel infer` calls), so about 4 min for the default 44 copies.
 """
 
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller.infer import infer_files  # noqa: E402
-from netskel.scoring import score_skeleton  # noqa: E402
+from netskel.scoring import score_skeleton, summarize_skeleton  # noqa: E402
 
 
 def copies(intervals: list[float], missing: list[float], cuts: list[str], seed: int) -> list[list[str]]:
@@ -89,9 +90,7 @@ def main() -> int:
     lost = [r for r in rows if r["recall"] < 1.0]
     wrong = [r for r in rows if not r["structure_ok"]]
     print(json.dumps({
-        "copies": len(plan), "jobs": len(rows), "ok": sum(bool(r["ok"]) for r in rows),
-        "recall_lost": len(lost), "min_recall": min((r["recall"] for r in rows), default=1.0),
-        "mean_precision": round(sum(r["precision"] for r in rows) / max(1, len(rows)), 4),
+        "copies": len(plan), **summarize_skeleton(rows), "recall_lost": len(lost),
         "wrong_structures": len(wrong),
         "wrong_confident": sum((r["confidence"] or 0.0) > 0.5 for r in wrong),
         "lost_in": [f"{r['copy']} {r['recording']}" for r in lost]}))

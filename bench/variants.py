@@ -131,6 +131,11 @@ def drop_routes(table: pa.Table, keep: float, seed: int) -> pa.Table:
     return table.set_column(table.column_names.index("route"), "route", route)
 
 
+def moved(span: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """A truth span (a fault, a congestion) `seconds` later; an open end stays open."""
+    return {**span, **{k: span[k] + seconds for k in ("start", "end") if span.get(k) is not None}}
+
+
 def surround(table: pa.Table, truth: dict[str, Any], clean: Path, before: int, after: int
              ) -> tuple[pa.Table, dict[str, Any]]:
     """A fault recording with copies of a clean one (same topology) placed
@@ -146,8 +151,7 @@ def surround(table: pa.Table, truth: dict[str, Any], clean: Path, before: int, a
               [shift + float(truth["t_end"]) - float(truth["t0"]) + k * dur for k in range(after)]
     cols = c.column_names
     parts = [c.set_column(0, "ts", pc.add(c.column("ts"), off)) for off in offsets]
-    copied = [{**b, **{k: b[k] + off for k in ("start", "end") if b.get(k) is not None}}
-              for off in offsets for b in ctr.get("benign", [])]
+    copied = [moved(b, off) for off in offsets for b in ctr.get("benign", [])]
     truth = dict(truth, t0=float(truth["t0"]) - before * dur,
                  t_end=float(truth["t_end"]) + after * dur,
                  benign=sorted(truth.get("benign", []) + copied, key=lambda b: b["start"]))
@@ -160,13 +164,8 @@ def shift(table: pa.Table, truth: dict[str, Any], seconds: float
     windows align to the epoch, so the faults begin elsewhere in them (the
     held-out set's faults begin anywhere)."""
     table = table.set_column(0, "ts", pc.add(table.column("ts"), seconds))
-
-    def moved(span: dict[str, Any]) -> dict[str, Any]:
-        return {**span, **{k: span[k] + seconds for k in ("start", "end")
-                           if span.get(k) is not None}}
-
-    truth = dict(truth, faults=[moved(f) for f in truth.get("faults", [])],
-                 benign=[moved(b) for b in truth.get("benign", [])],
+    truth = dict(truth, faults=[moved(f, seconds) for f in truth.get("faults", [])],
+                 benign=[moved(b, seconds) for b in truth.get("benign", [])],
                  **{k: truth[k] + seconds for k in ("t0", "t_end") if k in truth})
     return table, truth
 
