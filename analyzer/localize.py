@@ -490,10 +490,11 @@ def rehome_stray_loss(findings: list[Finding], anomalous: Mapping[Pair, str],
     lost = {id(f): [p for p in f.pairs if anomalous.get(p) in LOSSY] for f in findings}
     homes = sorted((f for f in findings if f.component.type in ("link", "switch", "host")
                     and f.symptom in LOSSY), key=lambda g: -len(lost[id(g)]))
+    may_move = {id(g) for g in homes}
 
     def home_of(f: Finding) -> Finding | None:
         mine = lost[id(f)]
-        if not mine or not any(f is g for g in homes):
+        if not mine or id(f) not in may_move:
             return None
         return next((g for g in homes if len(lost[id(g)]) > len(mine)
                      and all(may_cross(p, (g.component.type, g.component.id)) for p in mine)),
