@@ -862,7 +862,8 @@ class Analyzer:
         # took the spine's incident for the whole outage.
         surer = outranks(f.component.type, inc.component.type) and (
             f.component.type != "host"
-            or 2 * self._crossing(inc.pairs, key) >= len(inc.pairs))
+            or (2 * self._crossing(inc.pairs, key) >= len(inc.pairs)
+                and self._slow_alike(f, w.strong)))
         if surer or self._widens(f, inc) or self._moves(f, inc):
             log.warning("incident %s refined: %s %s -> %s %s", inc.id,
                         inc.component.type, inc.component.id, f.component.type,
@@ -878,6 +879,26 @@ class Analyzer:
         # A vaguer finding only keeps the incident open: its other
         # pairs are not this fault's.
         return inc
+
+    def _slow_alike(self, f: Finding, strong: Container[Pair]) -> bool:
+        """Whether a host's slow pairs are slow alike on each of its NICs:
+        for most of the window on all of them, or on none. A host's fault
+        slows every NIC's probes the same way; a slow tail on one NIC's
+        pairs beside another's slow throughout is a short congestion that
+        NIC's pairs crossed. A NIC link slow for 12 minutes became its
+        host when a spine's 14 s congestion made a tail on another of the
+        host's NICs (bench/inject.py nicslow over 30 congestions an hour,
+        draw 3115 of session 61). Loss is judged as before."""
+        if f.symptom != "latency":
+            return True
+        per_nic: dict[str, list[bool]] = defaultdict(list)
+        for p in f.pairs:
+            for e in p:
+                ep = self.topo.endpoints.get(e)
+                if ep is not None and self.topo.host_of_endpoint(e) == f.component.id:
+                    per_nic[ep.nic].append(p in strong)
+        slow_through = {2 * sum(v) > len(v) for v in per_nic.values()}
+        return len(slow_through) <= 1
 
     def _advance(self, f: Finding, key: tuple[str, str], w: _Tally,
                  streaks: dict[tuple[str, str], Streak],

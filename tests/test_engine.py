@@ -1059,6 +1059,32 @@ def test_a_host_among_a_spine_incidents_pairs_does_not_take_it_over():
     assert engine.list_incidents() == [inc] and inc.component == spine
 
 
+@pytest.mark.parametrize("other_nic_slow_throughout", [False, True])
+def test_a_host_takes_a_slow_links_incident_only_where_its_nics_are_slow_alike(
+        engine, other_nic_slow_throughout):
+    """A NIC link's pairs slow throughout, its incident open. A window in
+    which another NIC of its host has a slow tail (a short congestion its
+    pairs crossed) names the host on both NICs' pairs: a host's fault slows
+    its NICs alike, so the incident stays the link's (it became the host's,
+    component and layer wrong: bench/inject.py nicslow over 30 congestions
+    an hour, draw 3115). Slow throughout on both, the host is the name."""
+    from analyzer.localize import Finding
+
+    link = Component("link", f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}")
+    host = Component("host", LAY.host(0))
+    own, other = sorted(of_endpoint(0, 0)), sorted(of_endpoint(0, 1))
+    for k in range(2):
+        take(engine, k, [Finding(link, "underlay", "latency", own, 1.0)], strong=set(own))
+    (inc,) = engine.list_incidents()
+    assert inc.component == link
+    both = own + other
+    take(engine, 2, [Finding(host, "host", "latency", both, 0.8)],
+         strong=set(both) if other_nic_slow_throughout else set(own),
+         tail_only=set() if other_nic_slow_throughout else set(other))
+    assert engine.list_incidents() == [inc]
+    assert inc.component == (host if other_nic_slow_throughout else link)
+
+
 def test_a_run_of_windows_that_began_with_a_pooled_guess_starts_there(engine):
     """A lost probe of a pair is put on one end's link by the pooled test
     (either end's group may be the significant one); the next window the
