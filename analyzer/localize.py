@@ -100,8 +100,15 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
                                                     "probes or answers, not the network",
                                           "endpoints": sorted(eps)}))
     traces = {p: overlay(p) for p in network}
-    findings += _overlay_findings(network, traces)
-    rest = {p: s for p, s in network.items() if traces[p].kind not in ("blackhole", "loop")}
+    # A dropping rule or a loop loses probes and slows none: a pair only
+    # slow is not the broken rule's, whatever its trace says (the dump is
+    # of now, not of that window). A ToR's congestion slowed a pair whose
+    # rule broke a minute later, and dated its blackhole that early
+    # (bench/inject.py blackhole over 30 congestions an hour, draw 3112).
+    broken = {p: s for p, s in network.items()
+              if traces[p].kind in ("blackhole", "loop") and s in LOSSY}
+    findings += _overlay_findings(broken, traces)
+    rest = {p: s for p, s in network.items() if p not in broken}
     # A NIC whose offloaded rule for the pair's flow differs from its switch's
     # is a fact about that NIC; its ToR link would only be the nearest vote.
     nic_pairs: dict[str, list[Pair]] = defaultdict(list)
@@ -207,7 +214,8 @@ def _overlay_findings(network: Mapping[Pair, str], traces: Mapping[Pair, Trace])
     through different rules are one loop, named by the entry most of them
     took (the smaller id on a tie)."""
     by_rule: dict[tuple[str, str], list[Pair]] = defaultdict(list)
-    for p, t in traces.items():
+    for p in network:
+        t = traces[p]
         if t.kind == "blackhole" and t.rule:
             by_rule[(t.kind, t.rule)].append(p)
         elif t.kind == "loop" and t.rule:

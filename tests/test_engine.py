@@ -696,6 +696,33 @@ def test_nic_with_a_disagreeing_offload_is_named_before_its_tor_link():
     assert [(f.component.type, f.component.id) for f in plain] == [("link", tor_link)]
 
 
+@pytest.mark.parametrize("kind", ["blackhole", "loop"])
+def test_a_broken_rule_takes_its_lossy_pairs_not_its_slow_ones(kind):
+    """A pair whose trace ends at a dropping rule or a loop, but which was
+    only slow this window: a rule that drops loses probes and slows none,
+    so its slowness is the underlay's (the dump is newer than the window;
+    a ToR's congestion slowed a pair whose rule broke a minute later and
+    dated the blackhole that early: bench/inject.py draw 3112)."""
+    from analyzer.overlay import Trace
+
+    pair, tor_link = ("a/0", "b/0"), "a/0~tor"
+    rule = "h0000:7:10.0.0.9"
+    detail = {"cycle": [rule, "h0001:7:10.0.0.9"]} if kind == "loop" else {}
+
+    def candidates(p):
+        return {tor_link: 1.0, "b/0~tor": 0.5}
+
+    def overlay(p):
+        return Trace(kind, rule=rule, hops=(rule,), detail=detail)
+
+    def named(symptom):
+        out = localize({pair: symptom}, set(), set(), candidates, overlay)
+        return [(f.component.type, f.component.id, f.layer) for f in out]
+
+    assert named("loss") == named("unreachable") == [("vswitch_rule", rule, "overlay")]
+    assert named("latency") == [("link", tor_link, "underlay")]
+
+
 def _route_windows(k, slow_us):
     """Every rail-0 cross-ToR pair probes over both spines; routes through
     spine 0 are `slow_us` slower. Median and p25 stay near the fast path."""
