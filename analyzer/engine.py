@@ -371,14 +371,15 @@ class Analyzer:
     def _localize(self, anomalous: dict[Pair, str], healthy: set[Pair],
                   clears: dict[str, int] | None = None,
                   switch_clears: Callable[[str], int] | None = None,
-                  pooled: Mapping[Pair, str] | None = None) -> list[Finding]:
+                  pooled: Mapping[Pair, str] | None = None,
+                  tail_only: Container[Pair] = ()) -> list[Finding]:
         def candidates(pair: Pair) -> dict[str, float]:
             symptom = anomalous.get(pair)
             return self.routes.accused(pair, symptom) if symptom else self.routes.candidates(pair)
         return rehome_stray_loss(
             localize(anomalous, healthy, self.dead | self._silent, candidates,
                      lambda p: self.overlay.round_trip(*p), self._switches_of, clears,
-                     switch_clears, self._host_of, self._container_of, pooled),
+                     switch_clears, self._host_of, self._container_of, pooled, tail_only),
             anomalous, self._may_cross)
 
     def _pooled_links(self, obs: Observation, pid: np.ndarray, anomalous: Mapping[Pair, str]
@@ -547,10 +548,11 @@ class Analyzer:
                 return memo[0].get(sw, 0)
 
             edge = self._held_at_edge()
-            findings = [self._slow_beside(f, anomalous, edge) for f in self._localize(
-                anomalous, healthy, clears, switch_clears, self._pooled_links(obs, pid, anomalous))]
-            strong = self._strong_pairs(pid, obs.sustained, sent - lost)
             tail_only = self._tail_only_pairs(pid, obs)
+            findings = [self._slow_beside(f, anomalous, edge) for f in self._localize(
+                anomalous, healthy, clears, switch_clears, self._pooled_links(obs, pid, anomalous),
+                tail_only)]
+            strong = self._strong_pairs(pid, obs.sustained, sent - lost)
             # Each pair's probes this window: a loss incident's "clean" windows
             # must really be clean, not merely short of significance.
             npairs = len(self._pairs)

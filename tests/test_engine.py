@@ -694,6 +694,16 @@ def test_nic_with_a_disagreeing_offload_is_named_before_its_tor_link():
     assert [(f.component.type, f.component.id, f.layer) for f in out] == [("nic", n0, "nic")]
     plain = localize({p: "latency" for p in pairs}, set(), set(), candidates)
     assert [(f.component.type, f.component.id) for f in plain] == [("link", tor_link)]
+    # Only a slow tail on the pairs (a share of their probes): not the slow
+    # path a rule sends every packet of a flow down; the vote decides.
+    tails = localize({p: "latency" for p in pairs}, set(), set(), candidates, overlay,
+                     tail_only=set(pairs))
+    assert [(f.component.type, f.component.id) for f in tails] == [("link", tor_link)]
+    some = localize({p: "latency" for p in pairs}, set(), set(), candidates, overlay,
+                    tail_only={pairs[0]})
+    assert [(f.component.id, f.pairs) for f in some if f.component.type == "nic"] == \
+        [(n0, pairs[1:])]
+    assert [f.component.type for f in some if pairs[0] in f.pairs] == ["link"]
 
 
 @pytest.mark.parametrize("kind", ["blackhole", "loop"])
