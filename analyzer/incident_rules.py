@@ -50,12 +50,6 @@ class Streak:
     # the finding's probes in the slow tail, times its length). On a
     # component every flow of its pairs crosses, how long the run was slow.
     slow_s: float = 0.0
-    # The seconds of its last windows, latest last (as many as next_streak's
-    # `touches` less one), and the most seconds any `touches` windows in a
-    # row of it held (all of one congestion short enough to be benign lies
-    # in that many).
-    recent: tuple[float, ...] = ()
-    peak_s: float = 0.0
 
 
 def guessed(f: Finding) -> bool:
@@ -138,15 +132,13 @@ def may_follow(f: Finding, st: Streak, k: Key, related: Callable[[Key, Key], boo
 
 def next_streak(st: Streak, f: Finding, start: float, *, tail_only: Container[Pair],
                 strong: Container[Pair], held: Container[Pair], on_every_path: bool,
-                slow_s: float = 0.0, touches: int = 2) -> Streak:
+                slow_s: float = 0.0) -> Streak:
     """The run `st` one window longer by finding `f` (a window starting at
     `start`). `tail_only`: pairs whose only anomaly this window is a slow
     tail; `strong`: pairs slow for most of it; `held`: pairs of incidents
     open at its start; `on_every_path`: every flow of the finding's pairs
     crosses its component (Analyzer._on_every_path); `slow_s`: the seconds
-    of this window the finding's probes were in the slow tail; `touches`:
-    how many windows in a row a congestion short enough to be benign can
-    touch (two of 30 s for one under 20 s)."""
+    of this window the finding's probes were in the slow tail."""
     latency = f.symptom == "latency"
     tail = sum(1 for p in f.pairs if p in tail_only) if latency else 0
     if 2 * tail > len(f.pairs) and st.count and not st.filled and on_every_path and (
@@ -172,20 +164,14 @@ def next_streak(st: Streak, f: Finding, start: float, *, tail_only: Container[Pa
     guess = guessed(f)
     anchor, named = ((st.anchor, st.named) if guess
                      else (pairs, frozenset({(f.component.type, f.component.id)})))
-    last = (*st.recent, slow_s)
     return Streak(st.count + (2 if double else 1), st.first, st.tails and thin, pairs,
-                  guess, anchor, named, st.filled or full, st.slow_s + slow_s,
-                  last[-(touches - 1):] if touches > 1 else (),
-                  max(st.peak_s, sum(last)))
+                  guess, anchor, named, st.filled or full, st.slow_s + slow_s)
 
 
 def joined(a: Streak, b: Streak) -> Streak:
     """One component's two streaks of one window (two sets of its links
     named) as one window of evidence, not two: counted twice, an 18 s
     congestion over two windows opened an incident."""
-    n = max(len(a.recent), len(b.recent))
-    ra, rb = (0.0,) * (n - len(a.recent)) + a.recent, (0.0,) * (n - len(b.recent)) + b.recent
     return Streak(max(a.count, b.count), min(a.first, b.first), a.tails and b.tails,
                   a.pairs | b.pairs, a.guess and b.guess, a.anchor | b.anchor,
-                  a.named | b.named, a.filled or b.filled, max(a.slow_s, b.slow_s),
-                  tuple(max(x, y) for x, y in zip(ra, rb, strict=True)), max(a.peak_s, b.peak_s))
+                  a.named | b.named, a.filled or b.filled, max(a.slow_s, b.slow_s))

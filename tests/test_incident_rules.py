@@ -85,29 +85,12 @@ def test_a_runs_slow_seconds_add_up_and_start_again_with_it():
     assert (st.count, st.first, st.slow_s) == (1, 60.0, 3.0)
 
 
-def test_a_runs_peak_is_the_most_seconds_any_windows_in_a_row_one_congestion_touches_held():
-    f = finding("switch", "tor-0", PAIRS)
-    st = Streak(0, 0.0)
-    for k, slow_s in enumerate((4.0, 8.0, 6.5, 8.0)):
-        st = step(st, f, 30.0 * k, slow_s=slow_s)
-    assert (st.slow_s, st.peak_s, st.recent) == (26.5, 14.5, (8.0,))
-    # Three windows a congestion could touch (10 s windows): any three in a row.
-    st = Streak(0, 0.0)
-    for k, slow_s in enumerate((4.0, 8.0, 6.5, 8.0)):
-        st = next_streak(st, f, 10.0 * k, tail_only=set(), strong=set(), held=set(),
-                         on_every_path=True, slow_s=slow_s, touches=3)
-    assert (st.peak_s, st.recent) == (22.5, (6.5, 8.0))
-
-
 def test_joined_is_one_window_of_evidence():
-    a = Streak(3, 10.0, True, frozenset(PAIRS[:2]), True, filled=False, slow_s=4.0,
-               recent=(3.0,), peak_s=5.0)
-    b = Streak(2, 5.0, False, frozenset(PAIRS[2:4]), False, filled=True, slow_s=9.0,
-               recent=(1.0,), peak_s=9.0)
+    a = Streak(3, 10.0, True, frozenset(PAIRS[:2]), True, filled=False, slow_s=4.0)
+    b = Streak(2, 5.0, False, frozenset(PAIRS[2:4]), False, filled=True, slow_s=9.0)
     j = joined(a, b)
     assert (j.count, j.first, j.tails, j.guess, j.filled, j.slow_s) == (3, 5.0, False, False,
                                                                         True, 9.0)
-    assert (j.recent, j.peak_s) == ((3.0,), 9.0)
     assert j.pairs == frozenset(PAIRS[:4])
 
 
