@@ -173,7 +173,8 @@ class AnalyzerConfig:
     latency_persist_windows: int = 3   # slow windows in a row (one slow for 3/4 of it counts
     #                                    as two): a congestion burst under 20 s is not a fault
     latency_min_seconds: float = 20.0  # ... and slow for at least this long, whatever the
-    #                                    window length (short windows need more of them)
+    #                                    window length (short windows need more of them); a
+    #                                    ToR's run filling no window: twice this of slow tail
     lof_neighbors: int = 5             # k of the Local Outlier Factor
     lof_history_windows: int = 10      # earlier windows a new one is judged against (5 min of 30 s)
     lof_min_history: int = 4           # fewer earlier windows: no latency verdict yet

@@ -1434,7 +1434,7 @@ def test_two_congestions_of_one_tor_with_only_a_tail_between_them_are_two_episod
     assert a.list_incidents() == []
 
 
-def test_a_tors_slowdown_opens_only_once_its_pairs_were_slow_twenty_seconds(engine):
+def test_a_tors_slowdown_opens_only_once_its_pairs_were_slower_than_two_congestions(engine):
     """Three windows in a row of a ToR's pairs slow for a part of each: a
     guess on one pair (the first congestion's first 2 s), then 5.5 s and 8 s
     of slow tail (its rest, then a second congestion 27 s later). Every path
