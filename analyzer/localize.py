@@ -102,13 +102,20 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
                                                     "probes or answers, not the network",
                                           "endpoints": sorted(eps)}))
     traces = {p: overlay(p) for p in network}
-    # A dropping rule or a loop loses probes and slows none: a pair only
-    # slow is not the broken rule's, whatever its trace says (the dump is
-    # of now, not of that window). A ToR's congestion slowed a pair whose
-    # rule broke a minute later, and dated its blackhole that early
-    # (bench/inject.py blackhole over 30 congestions an hour, draw 3112).
+    # A dropping rule or a loop loses every probe of the pairs it serves
+    # (rules match the destination, not the flow): a pair only slow, or
+    # losing some probes, is not the broken rule's this window, whatever
+    # its trace says (the dump is of now, not of that window). A ToR's
+    # congestion slowed a pair whose rule broke a minute later, and dated
+    # its blackhole that early (bench/inject.py blackhole over 30
+    # congestions an hour, draw 3112); a spine down, 8 minutes after a
+    # blackhole was mended, cost the rule's pair its flows through the
+    # spine, and the rule came back as two more incidents (draw 4010 of
+    # session 62). Where the rule breaks or is mended mid-window, the
+    # window's loss is the underlay's; the windows either side of it
+    # name the rule, and its start is read from the probes' times.
     broken = {p: s for p, s in network.items()
-              if traces[p].kind in ("blackhole", "loop") and s in LOSSY}
+              if traces[p].kind in ("blackhole", "loop") and s == "unreachable"}
     findings += _overlay_findings(broken, traces)
     rest = {p: s for p, s in network.items() if p not in broken}
     # A NIC whose offloaded rule for the pair's flow differs from its switch's
