@@ -386,6 +386,24 @@ def test_a_link_incident_stays_open_while_its_other_pairs_lose_probes(engine):
     assert [(i.id, i.end) for i in engine.list_incidents()] == [(opened[0].id, None)]
 
 
+def test_a_link_losing_one_probe_a_window_keeps_its_one_incident(engine):
+    """After the link's incident opened, its loss thins to one probe a
+    window, on another of its pairs each time: each window is plausible at
+    the healthy rate, four in a row are not. Judged a window at a time,
+    the incident closed and a second opened on the same link (draw 4037 of
+    session 62); judged over its clean run so far, it stays the one."""
+    mine = sorted(of_endpoint(0))
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    opened = feed(engine, h, bad=set(mine[:2]))
+    link = f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}"
+    assert [i.component.id for i in opened] == [link]
+    for k in range(h + 1, h + 2 + 2 * engine.cfg.close_windows):
+        feed(engine, k, bad={mine[k % len(mine)]}, lost=1)
+    assert [(i.id, i.end) for i in engine.list_incidents()] == [(opened[0].id, None)]
+
+
 def test_a_probe_lost_after_a_loss_ended_does_not_hold_its_incident_open(engine):
     """Half of an endpoint's probes lost for four windows, then none; two
     windows later one of its pairs loses one probe (a healthy path does,
