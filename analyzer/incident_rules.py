@@ -157,8 +157,13 @@ def next_streak(st: Streak, f: Finding, start: float, *, tail_only: Container[Pa
     # windows that had only a slow tail: a tail then a slow window can
     # be two short congestions of one switch, each of them benign. The
     # pairs of an open incident are slow for its fault: a slow host's
-    # pairs under a ToR counted the ToR's 14 s congestion twice.
-    full = latency and any(p in strong and p not in held for p in f.pairs)
+    # pairs under a ToR counted the ToR's 14 s congestion twice. Slow for
+    # most of it on most of the other pairs: a fault slows its pairs
+    # alike, and two of a ToR's 64 pairs slow throughout were the pairs
+    # across to the other ToR of the rail, congested just after it (draw
+    # 4017 of session 62).
+    free = [p for p in f.pairs if p not in held]
+    full = latency and 2 * sum(p in strong for p in free) > len(free)
     double = full and (st.count == 0 or not st.tails)
     pairs = frozenset(f.pairs)
     guess = guessed(f)

@@ -65,6 +65,25 @@ def test_a_window_slow_throughout_counts_twice_except_after_tails_or_on_held_pai
     assert loss.count == 1
 
 
+def test_a_window_counts_as_slow_throughout_only_for_most_of_its_free_pairs():
+    """Two ToRs of one rail congested back to back, 14 s each: the pairs
+    across them were slow for 28 s of the window, each ToR's own pairs for
+    14 s. Two of one ToR's 64 pairs slow throughout counted its window
+    twice, as filled, and a second slow window opened an incident
+    (bench/inject.py torloss + tordown over 30 congestions an hour, draw
+    4017 of session 62). A fault of a component on every path slows all
+    its pairs alike; a few of them slow throughout were slow for more
+    than its reason."""
+    f = finding("switch", "tor-0", PAIRS)
+    few = step(Streak(0, 0.0), f, 0.0, strong=PAIRS[:2])
+    assert (few.count, few.filled) == (1, False)
+    most = step(Streak(0, 0.0), f, 0.0, strong=PAIRS[:5])
+    assert (most.count, most.filled) == (2, True)
+    # An open incident's pairs are slow for its own fault: not counted either way.
+    free = step(Streak(0, 0.0), f, 0.0, strong=PAIRS[:3], held=PAIRS[3:])
+    assert (free.count, free.filled) == (2, True)
+
+
 def test_a_guess_carries_the_anchor_and_name_of_the_run_it_continues():
     st = step(Streak(0, 0.0), finding("switch", "tor-0", PAIRS), 0.0)
     guess = step(st, finding("endpoint", "a1", PAIRS[:2]), 30.0)
