@@ -136,3 +136,24 @@ def test_a_guess_passes_its_run_only_to_a_name_touching_the_one_it_carried_it_fr
     assert not may_follow(finding("switch", "tor-1", PAIRS), left, k, related)
     assert may_follow(finding("switch", "tor-0", PAIRS), left, k, related)
     assert may_follow(finding("link", "l0", PAIRS), left, k, related)
+
+
+def test_a_guess_at_lost_probes_does_not_carry_on_a_run_that_was_only_slow():
+    """A ToR's congestion slowed a pair a window before its rule broke: the
+    next window's guess at the pair's lost probes carried the congestion's
+    run on, and the rule's incident began a minute early (draw 3112).
+    A located loss may continue a slow run (a slow path losing probes
+    too), and a guess at loss a run that lost probes before."""
+    slow = step(Streak(0, 0.0), finding("switch", "tor-0", PAIRS), 0.0)
+    k = ("switch", "tor-0")
+
+    def related(a: Key, b: Key) -> bool:  # as the engine's: a guess is related to anything
+        return True
+
+    guess = finding("endpoint", "a1", PAIRS[:1], "loss")
+    assert not slow.lost and not may_follow(guess, slow, k, related)
+    assert may_follow(finding("endpoint", "a1", PAIRS[:1]), slow, k, related)
+    assert may_follow(finding("link", "l0", PAIRS[:4], "loss"), slow, k, related)
+    lossy = step(slow, finding("switch", "tor-0", PAIRS, "loss"), 30.0)
+    assert lossy.lost and may_follow(guess, lossy, k, related)
+    assert joined(slow, lossy).lost
