@@ -781,6 +781,9 @@ class Analyzer:
         it belongs to, or advances its streak and, once that persisted,
         opens one."""
         key = (f.component.type, f.component.id)
+        if f.component.type == "vswitch_rule" and key not in open_map and \
+                self._cut_off(f, findings, w.anomalous, open_map):
+            return
         # One incident per fault: a finding about pairs an open incident
         # already holds refines that incident (a more certain component
         # replaces its guess, id kept) or just keeps it open.
@@ -858,6 +861,26 @@ class Analyzer:
             inc.evidence = ev
         w.changed.append(inc)
         w.spoken.add(inc.id)
+
+    def _cut_off(self, f: Finding, findings: Sequence[Finding], anomalous: Mapping[Pair, str],
+                 open_map: Mapping[tuple[str, str], str]) -> bool:
+        """Whether every pair of a broken rule's finding certainly crosses a
+        switch that is down: most of the pairs of its finding this window,
+        or of its open incident, unreachable. The tables are a dump of now,
+        and a dead ToR cuts its pairs off whatever their rules say: a ToR
+        went down, a loop began on a pair under it 19 minutes later and
+        outlasted it, and the rule's incident began with the ToR's
+        (bench/inject.py tordown + overlayloop over 30 congestions an hour,
+        draw 4050 of session 62). The rule is found once the switch is
+        back; a rule whose incident opened first keeps its pairs."""
+        held = [(g.component.id, g.pairs) for g in findings if g.component.type == "switch"]
+        held += [(self.incidents[i].component.id, self.incidents[i].pairs)
+                 for k, i in open_map.items() if k[0] == "switch"]
+        down = {sw for sw, pairs in held
+                if 2 * sum(anomalous.get(p) == "unreachable" for p in pairs) > len(pairs)}
+        return bool(down) and all(
+            down & {sw for link, wt in self.routes.spread(p).items() if wt >= CERTAIN
+                    for sw in self._switches_of(link)} for p in f.pairs)
 
     def _refine(self, f: Finding, held: tuple[str, str], key: tuple[str, str], w: _Tally,
                 open_map: dict[tuple[str, str], str], streaks: dict[tuple[str, str], Streak]
