@@ -873,10 +873,10 @@ class Analyzer:
         (bench/inject.py tordown + overlayloop over 30 congestions an hour,
         draw 4050 of session 62). The rule is found once the switch is
         back; a rule whose incident opened first keeps its pairs."""
-        held = [(g.component.id, g.pairs) for g in findings if g.component.type == "switch"]
-        held += [(self.incidents[i].component.id, self.incidents[i].pairs)
-                 for k, i in open_map.items() if k[0] == "switch"]
-        down = {sw for sw, pairs in held
+        switches = [(g.component.id, g.pairs) for g in findings if g.component.type == "switch"]
+        switches += [(self.incidents[i].component.id, self.incidents[i].pairs)
+                     for k, i in open_map.items() if k[0] == "switch"]
+        down = {sw for sw, pairs in switches
                 if 2 * sum(anomalous.get(p) == "unreachable" for p in pairs) > len(pairs)}
         return bool(down) and all(
             down & {sw for link, wt in self.routes.spread(p).items() if wt >= CERTAIN
@@ -1012,9 +1012,9 @@ class Analyzer:
                             self._shows(inc, w.anomalous, stopped, other)):
                 continue
             run = self._clean.get(inc_id) or _CleanRun(0, w.start)
-            lost: tuple[float, int] = (0.0, 0)
+            tally: tuple[float, int] = (0.0, 0)  # probes expected lost, lost
             if w.counts is not None and inc.symptom == "loss":
-                lost = self._loss_tally(inc, w.counts, stopped, other)
+                tally = self._loss_tally(inc, w.counts, stopped, other)
                 # Losses short of significance, but more than the pairs'
                 # healthy rates explain, this window or summed over the
                 # clean run so far: a weak fault between detections, not
@@ -1023,14 +1023,14 @@ class Analyzer:
                 # incident closed and opened again two minutes later
                 # (bench/inject.py linkloss over 30 congestions an hour,
                 # draw 4037 of session 62).
-                if self._link_still_lossy(inc) or self._lossy(run.expected + lost[0],
-                                                              run.lost + lost[1]):
+                if self._link_still_lossy(inc) or self._lossy(run.expected + tally[0],
+                                                              run.lost + tally[1]):
                     self._clean.pop(inc_id, None)
                     continue
             # Closed after close_windows clean windows in a row: a weak
             # fault (a link losing 2 % of a few flows) skips windows.
             run = self._clean[inc_id] = _CleanRun(run.windows + 1, run.since,
-                                                  run.expected + lost[0], run.lost + lost[1])
+                                                  run.expected + tally[0], run.lost + tally[1])
             if run.windows < self.cfg.close_windows:
                 continue
             inc.end = (self._read_end(inc, run.since - self._window_len)
@@ -1237,6 +1237,7 @@ class Analyzer:
             *self._loss_tally(inc, counts, stopped, other))
 
     def _lossy(self, expected: float, lost: int) -> bool:
+        """More probes lost than the expected number makes plausible."""
         return lost > 0 and float(poisson_sf(lost - 1, max(expected, 1e-12))) \
             < self.cfg.close_loss_alpha
 

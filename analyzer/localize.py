@@ -113,7 +113,8 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
     # spine, and the rule came back as two more incidents (draw 4010 of
     # session 62). Where the rule breaks or is mended mid-window, the
     # window's loss is the underlay's; the windows either side of it
-    # name the rule, and its start is read from the probes' times.
+    # name the rule, and its start is read from the windows' sums
+    # (analyzer/onset.py).
     broken = {p: s for p, s in network.items()
               if traces[p].kind in ("blackhole", "loop") and s == "unreachable"}
     findings += _overlay_findings(broken, traces)
@@ -512,9 +513,10 @@ def rehome_stray_loss(findings: list[Finding], anomalous: Mapping[Pair, str],
                       may_cross: Callable[[Pair, tuple[str, str]], bool]) -> list[Finding]:
     """A located finding's lost probes handed to a larger loss finding of the
     same window whose component every one of those pairs may cross; what
-    it keeps is judged by its own symptoms. The greedy cover counts a slow
-    pair and a lossy one alike, so a short congestion's slow pairs can pull
-    a few pairs of a fault elsewhere into their own component's finding,
+    it keeps is judged by its own symptoms. A short congestion's finding
+    can hold a few lost pairs of a fault elsewhere (the greedy cover
+    counted slow and lossy pairs alike until session 62, and a congested
+    switch still takes the lossy links under it: `_absorb_into_switches`),
     which the lost probes then name as loss, certain at once: a host
     losing probes on all its NICs beside a 9 s congestion under one of
     their ToRs opened a second incident on a NIC link of that rail, and an
