@@ -370,10 +370,9 @@ def test_a_link_losing_probes_of_another_pair_each_window_is_named(engine):
     assert opened[0][1].confidence < 0.5  # named by the pooled test alone: weak
 
 
-def test_a_link_incident_stays_open_while_its_other_pairs_lose_probes(engine):
-    """Found on two of endpoint 0's pairs, the link's loss goes on hitting
-    its third pair only: the link still loses more than healthy links do,
-    so its incident is not over, though its own pairs are now clean."""
+def _link_incident_on_two_pairs(engine):
+    """Healthy history, then endpoint 0's link loses half of two of its
+    three pairs' probes: (its pairs, the window after, the incident)."""
     mine = sorted(of_endpoint(0))
     h = engine.cfg.lof_min_history
     for k in range(h):
@@ -381,9 +380,17 @@ def test_a_link_incident_stays_open_while_its_other_pairs_lose_probes(engine):
     opened = feed(engine, h, bad=set(mine[:2]))
     link = f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}"
     assert [(i.component.id, i.pairs) for i in opened] == [(link, mine[:2])]
-    for k in range(h + 1, h + 2 + engine.cfg.close_windows):
+    return mine, h + 1, opened[0]
+
+
+def test_a_link_incident_stays_open_while_its_other_pairs_lose_probes(engine):
+    """Found on two of endpoint 0's pairs, the link's loss goes on hitting
+    its third pair only: the link still loses more than healthy links do,
+    so its incident is not over, though its own pairs are now clean."""
+    mine, h, inc = _link_incident_on_two_pairs(engine)
+    for k in range(h, h + 1 + engine.cfg.close_windows):
         feed(engine, k, bad={mine[2]}, lost=2)
-    assert [(i.id, i.end) for i in engine.list_incidents()] == [(opened[0].id, None)]
+    assert [(i.id, i.end) for i in engine.list_incidents()] == [(inc.id, None)]
 
 
 def test_a_link_losing_one_probe_a_window_keeps_its_one_incident(engine):
@@ -392,16 +399,10 @@ def test_a_link_losing_one_probe_a_window_keeps_its_one_incident(engine):
     the healthy rate, four in a row are not. Judged a window at a time,
     the incident closed and a second opened on the same link (draw 4037 of
     session 62); judged over its clean run so far, it stays the one."""
-    mine = sorted(of_endpoint(0))
-    h = engine.cfg.lof_min_history
-    for k in range(h):
-        feed(engine, k)
-    opened = feed(engine, h, bad=set(mine[:2]))
-    link = f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}"
-    assert [i.component.id for i in opened] == [link]
-    for k in range(h + 1, h + 2 + 2 * engine.cfg.close_windows):
+    mine, h, inc = _link_incident_on_two_pairs(engine)
+    for k in range(h, h + 1 + 2 * engine.cfg.close_windows):
         feed(engine, k, bad={mine[k % len(mine)]}, lost=1)
-    assert [(i.id, i.end) for i in engine.list_incidents()] == [(opened[0].id, None)]
+    assert [(i.id, i.end) for i in engine.list_incidents()] == [(inc.id, None)]
 
 
 def test_a_probe_lost_after_a_loss_ended_does_not_hold_its_incident_open(engine):
