@@ -1306,10 +1306,15 @@ class Analyzer:
             # An open incident on a touching link or switch (a sibling link
             # of one switch, a switch's own link) whose pairs mostly may
             # cross this one too: the same fault, first named where its
-            # first few failing pairs met (_moves).
+            # first few failing pairs met (_moves). Not a slowdown whose
+            # pairs were clean the window before (a weak loss skips windows,
+            # a slowdown shows in each): a fault on a neighbour began
+            # meanwhile (a NIC link's incident, quiet three windows, held
+            # its ToR's slow uplink's pairs for ten minutes: bench/inject.py
+            # nicslow then uplinklat, draw 4081 of session 62).
             best = self._mostly_crossing(
-                open_map, key, lambda k: k[0] in _FABRIC and (
-                    self._related(k, key) or self._covers(f, self.incidents[open_map[k]])))
+                open_map, key, lambda k: k[0] in _FABRIC and not self._quiet_slowdown(open_map[k])
+                and (self._related(k, key) or self._covers(f, self.incidents[open_map[k]])))
         if best is None and guessed(f):
             # Pairs nothing explained (or only their link's pooled loss),
             # most of which may cross an open link's or switch's incident:
@@ -1320,6 +1325,10 @@ class Analyzer:
                     if 2 * n >= len(f.pairs) and n > best_n:
                         best, best_n = k, n
         return best
+
+    def _quiet_slowdown(self, inc_id: str) -> bool:
+        """A latency incident whose pairs were clean the window before."""
+        return inc_id in self._clean and self.incidents[inc_id].symptom == "latency"
 
     def _beyond(self, f: Finding, mine: set[Pair], k: tuple[str, str]) -> bool:
         """Whether a located finding about the fabric holds pairs the fabric

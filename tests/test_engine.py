@@ -1131,6 +1131,40 @@ def test_a_spine_down_named_weakly_window_after_window_takes_over_the_tor_its_fi
     assert [i.component for i in engine.list_incidents()] == [tor]
 
 
+def test_a_slow_uplink_after_a_links_fault_went_quiet_is_its_own_incident(engine):
+    """A NIC link slow for many windows, then clean for three (one short of
+    closing its incident). Its ToR's uplink then slows; the uplink's pairs
+    include some of the link's, and most of the link's pairs may cross the
+    uplink. A neighbour taking an incident is its first window's misnaming,
+    not a fault that began while that incident's pairs were clean: the
+    uplink opens its own incident and the link's closes where its clean run
+    began (bench/inject.py nicslow then uplinklat 83 s after it, draw 4081
+    of session 62: the link's incident held on 647 s, the uplink missed)."""
+    from analyzer.localize import Finding
+    from netskel.topology import link_id
+
+    link = Component("link", f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}")
+    uplink = Component("link", link_id(LAY.spine(0), LAY.tor(0, LAY.tor_index(0))))
+    own = sorted(of_endpoint(0, 0))
+    cross = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in CROSS]
+    everyone = {p for r in range(2) for p in rail_pairs(r)}
+    for k in range(3):
+        take(engine, k, [Finding(link, "underlay", "latency", own, 1.0)], strong=set(own))
+    (inc,) = engine.list_incidents()
+    n = engine.cfg.close_windows
+    for k in range(3, 3 + n - 1):
+        engine._update_incidents(T0 + k * W, [], {}, everyone, {}, engine._open,
+                                 engine._streak, engine._persist)
+    assert inc.end is None
+    for k in range(3 + n - 1, 3 + n + 3):
+        engine._update_incidents(T0 + k * W, [Finding(uplink, "underlay", "latency", cross, 0.4)],
+                                 {}, everyone, dict.fromkeys(cross, "latency"), engine._open,
+                                 engine._streak, engine._persist, strong=set(cross))
+    assert inc.component == link and inc.end == T0 + 3 * W
+    assert [(i.component, i.start, i.end) for i in engine.list_incidents()[1:]] == \
+        [(uplink, T0 + (3 + n - 1) * W, None)]
+
+
 def test_a_host_among_a_spine_incidents_pairs_does_not_take_it_over():
     """A spine down, no route traced: every host's NICs fail their pairs
     across the ToRs, and one window a host whose partners all sit across
