@@ -617,13 +617,22 @@ class Analyzer:
             if inc is None or held is None:
                 continue
             lost, received, rtt_sum = held[1]
-            began = onset(held[0], lost, received, rtt_sum, first, w, inc.symptom)
+            began = onset(held[0], lost, received, rtt_sum, first, w, inc.symptom,
+                          self._beside(inc))
             if began is not None and inc.end is not None:
                 began = min(began, inc.end)  # read after it closed: never past its end
             if began is not None and began != inc.start:
                 inc.start = round(began, 3)
                 changed.append(inc)
         return changed
+
+    def _beside(self, inc: Incident) -> list[tuple[float, float]]:
+        """(start, end) of the other components' incidents on some of the
+        incident's pairs: other faults that moved their windows too."""
+        mine = set(inc.pairs)
+        return [(o.start, math.inf if o.end is None else o.end)
+                for o in self.incidents.values()
+                if o is not inc and o.component != inc.component and not mine.isdisjoint(o.pairs)]
 
     def _read_end(self, inc: Incident, last: float) -> float:
         """Where a closing incident's fault ended, read from the windows

@@ -26,6 +26,8 @@ the period it began is read off the period's window medians (`drift_onset`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from analyzer.detect import LOSS_SCALES
@@ -36,12 +38,14 @@ SCAN_WINDOWS = max(LOSS_SCALES)
 CHANGE_CHI2 = 6.63  # chi-squared (1 degree of freedom) at 1 %: a change of loss rate that counts
 RAMP_WINDOWS = 3  # a rise over fewer windows than this is a step (one partly filled window
 #                  each side of it makes two)
+SPIKE = 4.0  # a window this many noise deviations off its neighbours' median is a burst
 RISE_BOUNDS = 65  # window boundaries a drift's rise may start or end at, evenly spread (short
 #                   windows make thousands of places in a period, and the fit is over pairs)
 
 
 def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: np.ndarray,
-          first: float, window_s: float, symptom: str) -> float | None:
+          first: float, window_s: float, symptom: str,
+          others: Sequence[tuple[float, float]] = ()) -> float | None:
     """The estimated start of a fault first flagged in the window starting at
     `first`, or None when the windows cannot tell (no healthy window before
     it, no whole faulty window after it, or no clear step between the two
@@ -51,7 +55,8 @@ def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: n
     level is read from the two windows before the one before `first`, each
     pair's RTT against its own; the faulty one from up to three after it
     (their median: a fault may end, a congestion pass). A loss is dated by
-    `_loss_onset`."""
+    `_loss_onset`. `others`: (start, end) of other faults' incidents on
+    these pairs, which a latency's ramp is read beside (`_ramp_onset`)."""
     starts = np.asarray(starts, dtype=np.float64)
     k = np.rint(starts / window_s).astype(np.int64)
     at = {int(x): i for i, x in enumerate(k.tolist())}
@@ -74,14 +79,15 @@ def onset(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: n
         start = first + window_s * (1.0 - share)
         if share >= FILLED and k0 - 1 in at:
             start -= window_s * float(np.clip(amount[at[k0 - 1]] / step, 0.0, 1.0))
-    ramp = _ramp_onset(starts, k, received, rtt_sum, k0, window_s)
+    ramp = _ramp_onset(starts, k, received, rtt_sum, k0, window_s, others)
     if ramp is not None and (start is None or ramp < start - window_s):
         return ramp
     return start
 
 
 def _ramp_onset(starts: np.ndarray, k: np.ndarray, received: np.ndarray, rtt_sum: np.ndarray,
-                k0: int, window_s: float) -> float | None:
+                k0: int, window_s: float, others: Sequence[tuple[float, float]] = ()
+                ) -> float | None:
     """A latency that creeps up is flagged only once its rise crosses what
     a window may call slow, many windows after it began, and the windows
     just before the first flagged one are no healthy level. Where the
@@ -93,7 +99,13 @@ def _ramp_onset(starts: np.ndarray, k: np.ndarray, received: np.ndarray, rtt_sum
     by its share) and beats one level by more than chance would
     (`_best_rise`). A ramp already rising in the first window held began
     there or before: the first window held is the earliest the windows
-    can say."""
+    can say. Another fault on these pairs while the windows were held
+    (`others`: its incident's start and end) moved their level by its own
+    step: the rise is fitted beside one level more for each, over the share
+    of each window it covered; otherwise a creep that began minutes after
+    a slow spine's step, on pairs the spine slowed too, was read from a
+    rise through both, 381 s before it began (bench/inject.py drift with
+    spinelat, draw 4066 of session 62)."""
     use = k <= k0 + 3
     if use.sum() < 4:
         return None
@@ -106,10 +118,14 @@ def _ramp_onset(starts: np.ndarray, k: np.ndarray, received: np.ndarray, rtt_sum
         mean = np.nansum(centred * weight, axis=1) / weight.sum(axis=1)
     series = np.full(int(kk.max() - kk.min()) + 1, np.nan)
     series[kk - kk.min()] = mean
-    rise = _best_rise(series)
+    begin = float(starts[use].min())
+    at = begin + window_s * np.arange(len(series))
+    levels = np.array([np.clip((np.minimum(at + window_s, b) - np.maximum(at, a)) / window_s,
+                               0.0, 1.0) for a, b in others]).reshape(len(others), len(series))
+    rise = _best_rise(series, levels[levels.any(axis=1)])
     if rise is None or rise[1] - rise[0] < RAMP_WINDOWS or kk.min() + rise[0] > k0 - 2:
         return None
-    return float(starts[use].min() + rise[0] * window_s)
+    return begin + rise[0] * window_s
 
 
 def _poisson_loglik(x: np.ndarray, mu: np.ndarray) -> float:
@@ -194,16 +210,23 @@ def ending(starts: np.ndarray, lost: np.ndarray, received: np.ndarray, rtt_sum: 
     return None if began is None else -began
 
 
-def _best_rise(excess: np.ndarray) -> tuple[float, float] | None:
+def _best_rise(excess: np.ndarray, levels: np.ndarray | None = None
+               ) -> tuple[float, float] | None:
     """(a, b): the rise from one level to a higher one that fits `excess`
     (one value per window place, NaN where none) best by least squares,
     from window boundary a to b >= a (a step when b == a, a slow
     degradation when it ramps, held or not), if it beats one level by more
     than chance would (BIC: three more parameters); None when it does not
-    or with fewer than four values."""
-    y = np.asarray(excess, dtype=np.float64)
-    t = np.flatnonzero(np.isfinite(y)).astype(np.float64) + 0.5  # window centres
-    y = y[np.isfinite(y)]
+    or with fewer than four values. Each row of `levels` (one value per
+    place) is a level of its own fitted beside the rise (another fault's
+    step). A burst (`_despiked`) is read as its neighbours: a congestion on
+    the pairs' switch lifts a window tens of us, least squares follows it,
+    and two bursts beside a slow spine's step moved a creep's start 190 s;
+    a step or a rise keeps its shape."""
+    y = _despiked(np.asarray(excess, dtype=np.float64))
+    use = np.isfinite(y)
+    t = np.flatnonzero(use).astype(np.float64) + 0.5  # window centres
+    y = y[use]
     n = len(y)
     if n < 4:
         return None
@@ -215,18 +238,44 @@ def _best_rise(excess: np.ndarray) -> tuple[float, float] | None:
         h = np.where(b[:, None] > a[:, None],
                      np.clip((t[None, :] - a[:, None]) / (b - a)[:, None], 0.0, 1.0),
                      (t[None, :] >= a[:, None]).astype(np.float64))
-    hc = h - h.mean(axis=1, keepdims=True)
+    # The levels (one, and one more for each other fault) taken out of
+    # both sides first (Frisch-Waugh-Lovell): the rise's fit beside them is
+    # then one slope per candidate.
+    x = np.vstack([np.ones(len(use)), *([] if levels is None else levels)])[:, use].T
+    proj = x @ np.linalg.pinv(x)
+    hc = h - h @ proj
+    yc = y - proj @ y
     shh = (hc * hc).sum(axis=1)
-    yc = y - y.mean()
     total = float((yc * yc).sum())
     with np.errstate(invalid="ignore", divide="ignore"):
-        slope = np.where(shh > 0, (hc * yc).sum(axis=1) / shh, 0.0)
+        slope = np.where(shh > 1e-12, (hc * yc).sum(axis=1) / shh, 0.0)
     gain = np.where(slope > 0, slope * slope * shh, -np.inf)
     k = int(np.argmax(gain))
     if not np.isfinite(gain[k]) or \
             n * np.log(max(total, 1e-300) / max(total - gain[k], 1e-300)) <= 3 * np.log(n):
         return None
     return float(a[k]), float(b[k])
+
+
+def _despiked(y: np.ndarray) -> np.ndarray:
+    """A place with values on both sides that stands above their median of
+    three by more than SPIKE times the noise (read robustly from the
+    differences of neighbours) takes that median. Only bursts up (a
+    congestion adds delay, nothing takes it away): smoothing every place
+    would make its noise look like a trend to the test, and a window
+    between two bursts is no dip."""
+    out = y.copy()
+    if len(y) >= 3:
+        three = np.vstack([y[:-2], y[1:-1], y[2:]])
+        inner = np.isfinite(three).all(axis=0)
+        med = np.median(three[:, inner], axis=0)
+        steps = np.abs(np.diff(y))
+        noise = 1.4826 * float(np.median(steps[np.isfinite(steps)])) / np.sqrt(2) \
+            if np.isfinite(steps).any() else 0.0
+        mid = out[1:-1]
+        spike = mid[inner] - med > SPIKE * noise
+        mid[np.flatnonzero(inner)[spike]] = med[spike]
+    return out
 
 
 def drift_onset(excess: np.ndarray) -> float | None:

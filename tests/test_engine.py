@@ -260,6 +260,28 @@ def test_a_latency_that_creeps_up_for_many_windows_starts_where_it_began(engine)
     assert inc.start == pytest.approx(T0 + 10 * W, abs=W)
 
 
+def test_a_creep_after_a_slow_spine_on_some_of_its_pairs_starts_where_it_began(engine):
+    """The spine slows both rails' pairs across the ToRs +30 us for twelve
+    windows; three windows after, endpoint 0's pairs (two of them across)
+    begin to creep up +1 us a window. The creep's incident, flagged some
+    twenty windows later, reads its rise beside the spine's incident: it
+    starts where the creep began (without it, the spine's step in its
+    windows hid the rise, and the start was the flagged window's)."""
+    rng = np.random.default_rng(0)
+    slow, across = of_endpoint(0), set(ACROSS)
+    for k in range(60):
+        ws = [win(a, b, k, base=13 + rng.normal(0, 0.3)
+                  + (max(0, k - 25) * 1.0 if (a, b) in slow else 0.0)
+                  + (30.0 if (a, b) in across and 10 <= k < 22 else 0.0))
+              for r in range(2) for a, b in rail_pairs(r)]
+        assert engine.add_windows(ws) == []
+        engine.tick(T0 + (k + 1) * W + 5)
+    spine, creep = engine.list_incidents()
+    assert (spine.component.id, spine.end) == (LAY.spine(0), pytest.approx(T0 + 22 * W, abs=1))
+    assert creep.component.id == f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}"
+    assert creep.start == pytest.approx(T0 + 25 * W, abs=W)
+
+
 def test_persistence_requirement_delays_the_incident():
     e = Analyzer(parse_topology(layout_doc(LAY)), AnalyzerConfig(persist_windows=2))
     p = (LAY.endpoint(0, 0), LAY.endpoint(2, 0))

@@ -104,6 +104,36 @@ def test_a_latency_that_creeps_up_starts_where_it_began_to_rise(seed):
     assert began == pytest.approx(T0 + 3 * W, abs=W)
 
 
+def _creep_beside(seed, other_step=True):
+    """Two pairs creeping up 0.6 us a window from window 20, flagged in
+    window 44; congestion bursts of +25 us in windows 11 and 13 and, with
+    `other_step`, another fault's +6 us on both from window 10 to 40."""
+    rng = np.random.default_rng(seed)
+    k = np.arange(48)
+    extra = np.clip(k - 20, 0, None) * 0.6 + np.isin(k, [11, 13]) * 25.0
+    if other_step:
+        extra += np.where((k >= 10) & (k < 40), 6.0, 0.0)
+    received = np.full((48, 2), 100.0)
+    rtt = received * (np.array([10.0, 40.0]) + extra[:, None] + rng.normal(0, 1.0, (48, 2)))
+    return T0 + W * k, np.zeros((48, 2)), received, rtt
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_creep_starts_where_it_began_beside_bursts_and_another_faults_step(seed):
+    """Two bursts pulled the least-squares rise four windows late; another
+    fault's step on the same pairs, read as part of the rise, put its
+    start fifteen windows early (bench/inject.py drift with spinelat, draw
+    4066 of session 62: 381 s). Bursts are read as their neighbours, and
+    the other fault's incident is a level of its own beside the rise."""
+    starts, lost, rec, rtt = _creep_beside(seed, other_step=False)
+    began = onset(starts, lost, rec, rtt, T0 + 44 * W, W, "latency")
+    assert began == pytest.approx(T0 + 20 * W, abs=W)
+    starts, lost, rec, rtt = _creep_beside(seed)
+    began = onset(starts, lost, rec, rtt, T0 + 44 * W, W, "latency",
+                  others=[(T0 + 10 * W, T0 + 40 * W)])
+    assert began == pytest.approx(T0 + 20 * W, abs=W)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_latency_step_is_no_ramp(seed):
     """A step 12 s into the first flagged window, with the same noise: read
