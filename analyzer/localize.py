@@ -126,11 +126,15 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
     # (the dump is of now; congestions slowed a share of the probes of pairs
     # whose NIC went wrong 25 minutes later, and three such windows opened
     # an incident: bench/inject.py nicoffload over 30 congestions an hour,
-    # draw 3131).
+    # draw 3131). Nor is a pair that lost some of its probes: the rule sends
+    # them all one way, slow or nowhere (a spine down cost a NIC's pairs
+    # their flows through it 12 minutes before the NIC went wrong, and the
+    # NIC's incident began there: spinedown then nicoffload, draw 4103 of
+    # session 63).
     nic_pairs: dict[str, list[Pair]] = defaultdict(list)
     for p in sorted(rest):
         t = traces[p]
-        if t.kind == "nic" and t.nic and p not in tail_only:
+        if t.kind == "nic" and t.nic and p not in tail_only and rest[p] != "loss":
             nic_pairs[t.nic].append(p)
     for nic, pairs in sorted(nic_pairs.items()):
         t = traces[pairs[0]]
