@@ -1094,8 +1094,14 @@ class Analyzer:
         """The incident as the finding would leave it: a guess (an endpoint)
         the finding locates is judged as the component it is about to
         become, with the finding's pairs; its own few pairs losing nothing
-        this window says nothing of the link, whose other pairs do."""
+        this window says nothing of the link, whose other pairs do. So is
+        one the finding names again: it takes the finding's pairs (a spine
+        link's incident on one pair, its loss on others each window, was
+        closed for its one clean pair and opened again: --routes 0.3 of
+        draw 4105, uplinkloss)."""
         inc = self.incidents[inc_id]
+        if f.component == inc.component:
+            return dataclasses.replace(inc, pairs=sorted(set(inc.pairs) | set(f.pairs)))
         if not outranks(f.component.type, inc.component.type):
             return inc
         return dataclasses.replace(inc, component=f.component,

@@ -38,7 +38,7 @@ SCAN_WINDOWS = max(LOSS_SCALES)
 CHANGE_CHI2 = 6.63  # chi-squared (1 degree of freedom) at 1 %: a change of loss rate that counts
 RAMP_WINDOWS = 3  # a rise over fewer windows than this is a step (one partly filled window
 #                  each side of it makes two)
-SPIKE = 4.0  # a window this many noise deviations off its neighbours' median is a burst
+SPIKE = 4.0  # a window this many noise deviations above its neighbours' median is a burst
 RISE_BOUNDS = 65  # window boundaries a drift's rise may start or end at, evenly spread (short
 #                   windows make thousands of places in a period, and the fit is over pairs)
 

@@ -427,6 +427,46 @@ def test_a_link_losing_one_probe_a_window_keeps_its_one_incident(engine):
     assert [(i.id, i.end) for i in engine.list_incidents()] == [(inc.id, None)]
 
 
+def test_a_spine_links_loss_on_other_pairs_than_its_incidents_keeps_it_open(engine):
+    """A ToR-spine link's incident, opened on one cross-ToR pair (a few
+    routes traced: no pair has every path across it, so only its named
+    pairs speak for it). Each later window names the link again, on
+    another pair that lost three probes where healthy ones lose none. The
+    finding adds its pairs to the incident, so they are what tells whether
+    the incident's loss goes on: it stays open. Judged on its first pair
+    alone, each finding was set aside as a faded fault's, the incident
+    closed, and a second opened on the same link with its start read back
+    before the first's end (bench/variants.py --routes 0.3 of draw 4105,
+    uplinkloss)."""
+    from analyzer.localize import Finding
+    from netskel.topology import link_id
+
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    uplink = Component("link", link_id(LAY.spine(0), LAY.tor(0, 0)))
+    cross = [(LAY.endpoint(a, 0), LAY.endpoint(b, 0)) for a, b in CROSS]
+    everyone = {p for r in range(2) for p in rail_pairs(r)}
+
+    def window(k, pair):
+        expected = np.full(len(engine._pairs), 0.01)
+        lost = np.zeros(len(engine._pairs))
+        lost[engine._pair_id[pair]] = 3
+        engine._update_incidents(T0 + k * W, [Finding(uplink, "underlay", "loss", [pair], 0.5)],
+                                 {}, everyone, {pair: "loss"}, engine._open, engine._streak,
+                                 engine._persist, counts=(expected, lost))
+
+    k = h
+    while not engine.list_incidents():
+        window(k, cross[0])
+        k += 1
+    (inc,) = engine.list_incidents()
+    for j in range(2 * engine.cfg.close_windows):
+        window(k + j, cross[1 + j % 3])
+    assert [(i.id, i.end) for i in engine.list_incidents()] == [(inc.id, None)]
+    assert set(inc.pairs) == set(cross)
+
+
 def test_a_probe_lost_after_a_loss_ended_does_not_hold_its_incident_open(engine):
     """Half of an endpoint's probes lost for four windows, then none; two
     windows later one of its pairs loses one probe (a healthy path does,
