@@ -1100,9 +1100,7 @@ class Analyzer:
         closed for its one clean pair and opened again: --routes 0.3 of
         draw 4105, uplinkloss)."""
         inc = self.incidents[inc_id]
-        if f.component == inc.component:
-            return dataclasses.replace(inc, pairs=sorted(set(inc.pairs) | set(f.pairs)))
-        if not outranks(f.component.type, inc.component.type):
+        if f.component != inc.component and not outranks(f.component.type, inc.component.type):
             return inc
         return dataclasses.replace(inc, component=f.component,
                                    pairs=sorted(set(inc.pairs) | set(f.pairs)))
