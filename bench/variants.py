@@ -4,7 +4,8 @@ ways that can be made from the development data itself without inventing
 any traffic — coarser sampling (counters are cumulative, so keeping every
 k-th sample is exactly what a slower sampler reads), opaque ids (names
 that carry no rank, host or rail), fewer traced routes (a route is only
-ever removed, never made up) and longer recordings (copies of the clean
+ever removed, never made up: a pair's all or none, or each probe's at
+random as the dev set does) and longer recordings (copies of the clean
 recording around a fault one, time-shifted) or shorter ones (the first
 seconds of a throughput recording: what the live controller holds that
 long after a job starts) or with more samples missing (rows dropped at
@@ -13,7 +14,7 @@ not these copies leans on something the held-out set does not give it.
 
     python bench/variants.py ../shared/data/dev/skeleton OUT [--interval 1.0] [--opaque]
         [--seconds 60 [--skip 30]] [--missing 0.2]
-    python bench/variants.py ../shared/data/dev/faults OUT [--routes 0.3] [--opaque]
+    python bench/variants.py ../shared/data/dev/faults OUT [--routes 0.3 | --traced 0.6] [--opaque]
         [--clean ../shared/data/dev/faults/dev-fa1_clean_busy --before 1 --after 2]
     python bench/accuracy.py OUT
 
@@ -131,6 +132,18 @@ def drop_routes(table: pa.Table, keep: float, seed: int) -> pa.Table:
     return table.set_column(table.column_names.index("route"), "route", route)
 
 
+def thin_routes(table: pa.Table, keep: float, seed: int) -> pa.Table:
+    """Keep the traced route of each probe with chance `keep`, as the dev
+    set gives them (a route on 30-50 % of probes, lost ones included): every
+    pair's flows stay traced now and then, each probe less often."""
+    if "route" not in table.column_names:
+        return table
+    rng = np.random.default_rng(seed)
+    kept = pa.array(rng.random(table.num_rows) < keep)
+    route = pc.if_else(kept, table.column("route"), pa.scalar(None, pa.string()))
+    return table.set_column(table.column_names.index("route"), "route", route)
+
+
 def moved(span: dict[str, Any], seconds: float) -> dict[str, Any]:
     """A truth span (a fault, a congestion) `seconds` later; an open end stays open."""
     return {**span, **{k: span[k] + seconds for k in ("start", "end") if span.get(k) is not None}}
@@ -204,7 +217,7 @@ def join(topology: dict[str, Any], truth: dict[str, Any], table: pa.Table, other
 def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int,
          routes: float = 1.0, clean: Path | None = None, before: int = 0, after: int = 0,
          seconds: float | None = None, skip: float = 0.0, missing: float = 0.0,
-         other: Path | None = None, shift_s: float = 0.0) -> str:
+         other: Path | None = None, shift_s: float = 0.0, traced: float = 1.0) -> str:
     topology = json.loads((rec / "topology.json").read_text())
     truth = json.loads((rec / "truth.json").read_text())
     data = "throughput.parquet" if (rec / "throughput.parquet").exists() else "probes.parquet"
@@ -223,6 +236,8 @@ def make(rec: Path, out: Path, interval_s: float | None, opaque: bool, seed: int
         table, truth = shift(table, truth, shift_s)
     if routes < 1.0 and data == "probes.parquet":
         table = drop_routes(table, routes, seed)
+    if traced < 1.0 and data == "probes.parquet":
+        table = thin_routes(table, traced, seed)
     if opaque:
         names = {n: _opaque(n, f"{seed}:{rec.name}") for n in _ids(topology)}
         topology, truth = _rename(topology, names), _rename(truth, names)
@@ -247,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--opaque", action="store_true", help="replace every id by a hash")
     ap.add_argument("--routes", type=float, default=1.0,
                     help="share of probe pairs whose routes are kept (0: none)")
+    ap.add_argument("--traced", type=float, default=1.0,
+                    help="share of probes whose route is kept, each at random")
     ap.add_argument("--clean", type=Path, help="a clean recording of the same topology ...")
     ap.add_argument("--before", type=int, default=0, help="... copies of it placed before")
     ap.add_argument("--after", type=int, default=0, help="... and after each fault recording")
@@ -266,11 +283,11 @@ def main(argv: list[str] | None = None) -> int:
             else sorted(p for p in args.src.iterdir() if (p / "truth.json").exists()))
     made = [make(r, args.out, args.interval, args.opaque, args.seed, args.routes, args.clean,
                  args.before, args.after, args.seconds, args.skip, args.missing, args.join,
-                 args.shift)
+                 args.shift, args.traced)
             for r in recs]
     print(json.dumps({"made": made, "interval_s": args.interval, "opaque": args.opaque,
-                      "routes": args.routes, "seconds": args.seconds, "skip": args.skip,
-                      "missing": args.missing, "shift_s": args.shift,
+                      "routes": args.routes, "traced": args.traced, "seconds": args.seconds,
+                      "skip": args.skip, "missing": args.missing, "shift_s": args.shift,
                       "join": str(args.join) if args.join else None}))
     return 0
 
