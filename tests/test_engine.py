@@ -1161,6 +1161,50 @@ def test_a_lossy_tor_first_named_for_a_link_under_the_other_tor_stays_one_incide
     assert set(first) <= set(inc.pairs)
 
 
+def test_a_lossy_tors_first_window_named_at_a_link_under_each_tor_is_one_incident():
+    """A ToR losing 3 % of probes, its first window seconds long, few routes
+    traced: the pairs that had lost a probe met on one host's link under
+    each ToR, and both links opened. The next window names the ToR, with
+    some pairs of each; the link touching it is renamed to it, and the one
+    across, every pair of which crosses the ToR, is folded into it (before,
+    it closed a window later as an incident of its own: bench/inject.py
+    torloss, draw 4136 with 30 % of probes traced). A link that opens later
+    beside the ToR's incident is not folded: it began on its own."""
+    from analyzer.localize import Finding
+
+    engine = _wide_engine()
+    tor = Component("switch", WIDE.tor(0, 1))
+    across = Component("link", f"{WIDE.nic(0, 0)}~{WIDE.tor(0, 0)}")
+    touching = Component("link", f"{WIDE.nic(5, 0)}~{WIDE.tor(0, 1)}")
+    mine = [(WIDE.endpoint(0, 0), WIDE.endpoint(b, 0)) for b in (4, 6, 7)]
+    theirs = [(WIDE.endpoint(a, 0), WIDE.endpoint(5, 0)) for a in (1, 2, 3)]
+    everyone = {(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in range(8) for b in range(a + 1, 8)}
+
+    def window(k, findings):
+        pairs = {p for f in findings for p in f.pairs}
+        return engine._update_incidents(T0 + k * W, findings, {}, everyone,
+                                        dict.fromkeys(pairs, "loss"), engine._open,
+                                        engine._streak, engine._persist)
+
+    window(0, [Finding(across, "underlay", "loss", mine, 0.75),
+               Finding(touching, "underlay", "loss", theirs, 0.6)])
+    first = {i.component: i for i in engine.list_incidents()}
+    assert set(first) == {across, touching}
+    window(1, [Finding(tor, "underlay", "loss", mine[:1] + theirs[:2], 0.8)])
+    (inc,) = engine.list_incidents()
+    assert inc.id == first[touching].id and inc.component == tor
+    assert set(mine + theirs) <= set(inc.pairs)
+    assert inc.evidence["merged"] == [first[across].id]
+    assert inc.start == T0
+
+    later = [(WIDE.endpoint(1, 0), WIDE.endpoint(b, 0)) for b in (4, 6)]
+    host1 = Component("link", f"{WIDE.nic(1, 0)}~{WIDE.tor(0, 0)}")
+    for k in (2, 3, 4):
+        window(k, [Finding(tor, "underlay", "loss", mine[1:], 0.8)]
+               + ([Finding(host1, "underlay", "loss", later, 0.75)] if k == 2 else []))
+    assert sorted(i.component.id for i in engine.list_incidents()) == sorted([tor.id, host1.id])
+
+
 def test_a_lossy_link_whose_pairs_do_not_all_cross_a_lossy_tor_is_its_own_incident():
     """The same findings, but the host's link also loses a pair under its
     own ToR, which the other ToR cannot explain: two faults, two
