@@ -953,14 +953,17 @@ class Analyzer:
         inc = self.incidents[open_map[held]]
         w.seen_keys.add(held)
         self._vote(inc, f)
-        # A host names the incident only where at least half of its pairs
-        # are the host's: a host among a spine's pairs (all of its partners
+        # A host or a NIC names the incident only where at least half of its
+        # pairs are theirs: a host among a spine's pairs (all of its partners
         # across the ToRs, no route traced) is a few of the spine's, and
-        # took the spine's incident for the whole outage.
+        # took the spine's incident for the whole outage; a NIC whose
+        # offloaded rules disagree, on one of a slow spine's 350 pairs that
+        # hashed onto a rule it lacks, took a slow spine's twelve minutes in
+        # (bench/inject.py spinelat, draw 4317: the dump carries no time).
         surer = outranks(f.component.type, inc.component.type) and (
-            f.component.type != "host"
+            f.component.type not in ("host", "nic")
             or (2 * self._crossing(inc.pairs, key) >= len(inc.pairs)
-                and self._slow_alike(f, w.strong)))
+                and (f.component.type == "nic" or self._slow_alike(f, w.strong))))
         if surer or self._widens(f, inc) or self._moves(f, inc):
             log.warning("incident %s refined: %s %s -> %s %s", inc.id,
                         inc.component.type, inc.component.id, f.component.type,
@@ -1414,6 +1417,9 @@ class Analyzer:
     def _may_cross(self, pair: Pair, component: tuple[str, str]) -> bool:
         if component[0] == "host":
             return any(self.topo.host_of_endpoint(e) == component[1] for e in pair
+                       if e in self.topo.endpoints)
+        if component[0] == "nic":
+            return any(self.topo.endpoints[e].nic == component[1] for e in pair
                        if e in self.topo.endpoints)
         links = self.routes.spread(pair)
         if component[0] == "link":

@@ -1298,6 +1298,38 @@ def test_a_host_among_a_spine_incidents_pairs_does_not_take_it_over():
     assert engine.list_incidents() == [inc] and inc.component == spine
 
 
+def test_a_nic_among_a_slow_spines_pairs_does_not_take_it_over():
+    """A slow spine, its incident open on every pair across the ToRs. One
+    window names a NIC whose offloaded rules disagree with its virtual
+    switch's, on the one slow pair whose flow hit a rule it lacks (a dump
+    carries no time: the disagreement may be older than any fault). A NIC
+    is the surer name for the pairs it explains, but this is one of the
+    spine's: the incident stays the spine's (it became the NIC's, layer
+    nic: bench/inject.py spinelat, draw 4317). A NIC holding most of an
+    incident's pairs still names it."""
+    from analyzer.localize import Finding
+
+    spine = Component("switch", WIDE.spine(0))
+    nic = Component("nic", WIDE.nic(0, 0))
+    offload = {"reason": "the NIC's offloaded rule for this flow differs from its virtual switch's"}
+    engine = _wide_engine()
+    for k in range(3):
+        take(engine, k, [Finding(spine, "underlay", "latency", WIDE_CROSS, 0.6)],
+             strong=set(WIDE_CROSS))
+    (inc,) = engine.list_incidents()
+    take(engine, 3, [Finding(nic, "nic", "latency", WIDE_CROSS[:1], 0.8, offload)],
+         strong=set(WIDE_CROSS))
+    assert engine.list_incidents() == [inc] and inc.component == spine
+
+    mine = [p for p in WIDE_CROSS if p[0] == WIDE.endpoint(0, 0)]
+    engine = _wide_engine()
+    for k in range(3):
+        take(engine, k, [Finding(spine, "underlay", "latency", mine[:3], 0.6)], strong=set(mine))
+    (inc,) = engine.list_incidents()
+    take(engine, 3, [Finding(nic, "nic", "latency", mine, 0.8, offload)], strong=set(mine))
+    assert engine.list_incidents() == [inc] and inc.component == nic
+
+
 @pytest.mark.parametrize("other_nic_slow_throughout", [False, True])
 def test_a_host_takes_a_slow_links_incident_only_where_its_nics_are_slow_alike(
         engine, other_nic_slow_throughout):
