@@ -886,14 +886,18 @@ class Analyzer:
         a lossy one; the one touching it is renamed (_moves), the one across
         was left open beside it and closed a window later, a second incident
         of one fault (bench/inject.py torloss, draw 4136 with 30 % of probes
-        traced). One that began within a window of this one, on the fabric,
-        none of whose pairs can miss this one's component, one of which lost
-        probes on its finding, and no finding of its own this window, is the
-        same fault (`evidence.merged`, as an agent's)."""
+        traced). A lossy host's first lost probes named one NIC's link and,
+        traced, a spine link another NIC's flows crossed; the host took the
+        first, the spine link's stayed open for the host's whole fault (draw
+        4313, hostloss, likewise). One that began within a window of this
+        one, on the fabric, none of whose pairs can miss this one's
+        component, one of which lost probes on its finding, and no finding
+        of its own this window, is the same fault (`evidence.merged`, as an
+        agent's)."""
         out: list[Incident] = []
         for home_id, pairs in w.lossy_pairs.items():
             home = self.incidents.get(home_id)
-            if home is None or home.symptom not in LOSSY or home.component.type not in _FABRIC:
+            if home is None or home.symptom not in LOSSY or home.component.type not in _LOCATED:
                 continue
             where = (home.component.type, home.component.id)
             for k, inc_id in list(open_map.items()):

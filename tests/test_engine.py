@@ -1205,6 +1205,30 @@ def test_a_lossy_tors_first_window_named_at_a_link_under_each_tor_is_one_inciden
     assert sorted(i.component.id for i in engine.list_incidents()) == sorted([tor.id, host1.id])
 
 
+def test_a_lossy_hosts_first_window_named_at_two_links_is_one_incident(engine):
+    """A host losing probes: its first window's lost probes named one NIC's
+    link, and, their flows traced, the spine link another NIC's pairs
+    crossed. The next window names the host, with pairs of both: the
+    link's incident becomes the host's and the spine link's is folded into
+    it (before, it stayed open for the host's whole fault: bench/inject.py
+    hostloss, draw 4313 with 30 % of probes traced)."""
+    from analyzer.localize import Finding
+
+    own = sorted(of_endpoint(0, 0))
+    across = [(LAY.endpoint(a, 1), LAY.endpoint(b, 1)) for a, b in CROSS if 0 in (a, b)]
+    nic_link = Component("link", f"{LAY.nic(0, 0)}~{LAY.tor(0, LAY.tor_index(0))}")
+    spine_link = Component("link", f"{LAY.spine(0)}~{LAY.tor(1, 1 - LAY.tor_index(0))}")
+    take(engine, 0, [Finding(nic_link, "underlay", "loss", own, 0.75),
+                     Finding(spine_link, "underlay", "loss", across, 0.5)], symptom="loss")
+    first = {i.component: i for i in engine.list_incidents()}
+    assert set(first) == {nic_link, spine_link}
+    host = Component("host", LAY.host(0))
+    take(engine, 1, [Finding(host, "host", "loss", own + across[:1], 0.75)], symptom="loss")
+    (inc,) = engine.list_incidents()
+    assert inc.id == first[nic_link].id and inc.component == host
+    assert inc.evidence["merged"] == [first[spine_link].id] and set(across) <= set(inc.pairs)
+
+
 def test_a_lossy_link_whose_pairs_do_not_all_cross_a_lossy_tor_is_its_own_incident():
     """The same findings, but the host's link also loses a pair under its
     own ToR, which the other ToR cannot explain: two faults, two
