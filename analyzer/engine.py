@@ -775,7 +775,7 @@ class Analyzer:
                    slow_share=slow_share)
         for f in findings:
             self._take(f, findings, w, open_map, streaks, persist)
-        w.changed += self._fold_first_windows(w, open_map)
+        self._fold_first_windows(w, open_map)
         for f in findings:
             if f.component.type == "agent" and open_map is self._open:
                 w.changed += self._absorb_into_agent(f, open_map, start)
@@ -878,8 +878,7 @@ class Analyzer:
         if f.symptom in LOSSY:
             w.lossy_pairs.setdefault(inc.id, set()).update(f.pairs)
 
-    def _fold_first_windows(self, w: _Tally, open_map: dict[tuple[str, str], str]
-                            ) -> list[Incident]:
+    def _fold_first_windows(self, w: _Tally, open_map: dict[tuple[str, str], str]) -> None:
         """Loss incidents a fault's first window opened on a link of a few of
         its pairs, folded into the incident its next window names. The
         pairs that lost probes first may meet on a link under either ToR of
@@ -893,8 +892,8 @@ class Analyzer:
         one, on the fabric, none of whose pairs can miss this one's
         component, one of which lost probes on its finding, and no finding
         of its own this window, is the same fault (`evidence.merged`, as an
-        agent's)."""
-        out: list[Incident] = []
+        agent's). The incidents folded into are this window's changed
+        already (a finding spoke for each)."""
         for home_id, pairs in w.lossy_pairs.items():
             home = self.incidents.get(home_id)
             if home is None or home.symptom not in LOSSY or home.component.type not in _LOCATED:
@@ -907,8 +906,6 @@ class Analyzer:
                         and not pairs.isdisjoint(inc.pairs) \
                         and all(self._may_cross(p, where) for p in inc.pairs):
                     self._fold(home, k, open_map, w.start)
-                    out.append(home)
-        return out
 
     def _fold(self, home: Incident, k: tuple[str, str], open_map: dict[tuple[str, str], str],
               start: float) -> None:
