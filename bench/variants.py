@@ -127,9 +127,8 @@ def drop_routes(table: pa.Table, keep: float, seed: int) -> pa.Table:
     pair = pc.binary_join_element_wise(table.column("src"), table.column("dst"), "|")
     uniq = pc.unique(pair)
     rng = np.random.default_rng(seed)
-    kept = pc.is_in(pair, value_set=uniq.filter(pa.array(rng.random(len(uniq)) < keep)))
-    route = pc.if_else(kept, table.column("route"), pa.scalar(None, pa.string()))
-    return table.set_column(table.column_names.index("route"), "route", route)
+    return _routes_where(table, pc.is_in(pair, value_set=uniq.filter(
+        pa.array(rng.random(len(uniq)) < keep))))
 
 
 def thin_routes(table: pa.Table, keep: float, seed: int) -> pa.Table:
@@ -139,7 +138,11 @@ def thin_routes(table: pa.Table, keep: float, seed: int) -> pa.Table:
     if "route" not in table.column_names:
         return table
     rng = np.random.default_rng(seed)
-    kept = pa.array(rng.random(table.num_rows) < keep)
+    return _routes_where(table, pa.array(rng.random(table.num_rows) < keep))
+
+
+def _routes_where(table: pa.Table, kept: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """The table with its routes kept where `kept`, null elsewhere."""
     route = pc.if_else(kept, table.column("route"), pa.scalar(None, pa.string()))
     return table.set_column(table.column_names.index("route"), "route", route)
 
