@@ -903,8 +903,7 @@ class Analyzer:
                 inc = self.incidents[inc_id]
                 if inc_id != home_id and inc_id not in w.spoken and k[0] in _FABRIC \
                         and inc.symptom in LOSSY and abs(inc.start - home.start) <= self._window_len \
-                        and not pairs.isdisjoint(inc.pairs) \
-                        and all(self._may_cross(p, where) for p in inc.pairs):
+                        and self._may_explain(where, pairs, inc):
                     self._fold(home, k, open_map, w.start)
 
     def _fold(self, home: Incident, k: tuple[str, str], open_map: dict[tuple[str, str], str],
@@ -1233,9 +1232,15 @@ class Analyzer:
         and says nothing about an incident on one of them."""
         if not (f.symptom in LOSSY and inc.symptom in LOSSY and len(f.pairs) > len(inc.pairs)):
             return False
-        key = (f.component.type, f.component.id)
-        return not set(inc.pairs).isdisjoint(f.pairs) and \
-            all(self._may_cross(p, key) for p in inc.pairs)
+        return self._may_explain((f.component.type, f.component.id), f.pairs, inc)
+
+    def _may_explain(self, component: tuple[str, str], seen: Collection[Pair],
+                     inc: Incident) -> bool:
+        """Whether a fault of `component`, seen failing `seen`, may be the
+        incident's: one of its pairs is among them, and every one may cross
+        the component."""
+        return not set(inc.pairs).isdisjoint(seen) and \
+            all(self._may_cross(p, component) for p in inc.pairs)
 
     def _widens(self, f: Finding, inc: Incident) -> bool:
         """A lossy ToR, named first for one of its links: the first window saw
