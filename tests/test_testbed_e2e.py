@@ -154,14 +154,30 @@ def test_link_down_is_fault_for_crossing_pairs_ok_for_others(dep):
             down = {(v.pair.a, v.pair.b) for v in r.pairs if v.verdict == dpb.NETWORK_FAULT}
             named = {(p.a, p.b) for i in r.incidents for p in i.pairs}
             return r if down >= set(crossing) and named >= set(crossing) else None
-        resp = wait_for(every_crossing_pair_down, 60, "every crossing pair NETWORK_FAULT",
-                        poll=1)
+        wait_for(every_crossing_pair_down, 60, "every crossing pair NETWORK_FAULT", poll=1)
         took = time.time() - t_fault
         assert took <= 60
+        not_ok: dict[tuple[str, str], str] = {}
+
+        def others_ok() -> dpb.DiagnoseResponse | None:
+            """The other pairs are judged OK during the fault, once each has a
+            window in the range (an agent that reported after the analyzer's
+            tick has none yet) and a lone slow window of one (machine noise,
+            see wait_all_ok) has passed. CI failed once on asserting this at
+            the moment the crossing pairs went down."""
+            r = dep.diagnose(dep.all_pairs(), since=t_fault)
+            not_ok.clear()
+            not_ok.update({(v.pair.a, v.pair.b): v.reason for v in r.pairs
+                           if (v.pair.a, v.pair.b) in others and v.verdict != dpb.NETWORK_OK})
+            return None if not_ok else r
+        try:
+            resp = wait_for(others_ok, (2 + AnalyzerConfig().close_windows) * WINDOW_S,
+                            "the pairs that do not cross the link to be NETWORK_OK", poll=1)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {not_ok}") from None
         assert resp.verdict == dpb.NETWORK_FAULT
         verdicts = {(v.pair.a, v.pair.b): v.verdict for v in resp.pairs}
         assert {p for p, v in verdicts.items() if v == dpb.NETWORK_FAULT} == set(crossing)
-        assert all(verdicts[p] == dpb.NETWORK_OK for p in others)
         named = {(p.a, p.b) for i in resp.incidents for p in i.pairs}
         assert named == set(crossing)
         inc = resp.incidents[0]
