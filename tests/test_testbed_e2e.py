@@ -196,7 +196,7 @@ def test_link_down_is_fault_for_crossing_pairs_ok_for_others(dep):
         # A pair that does not cross the link, asked alone, is fine.
         if others:
             alone = dep.diagnose([others[0]], since=t_fault)
-            assert alone.verdict == dpb.NETWORK_OK
+            assert alone.verdict == dpb.NETWORK_OK, [(v.pair, v.reason) for v in alone.pairs]
         # The network team's view: Prometheus, scraping the analyzer with the
         # shipped rules, pages for this incident and names its link.
         prom = dep.prometheus
