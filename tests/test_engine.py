@@ -75,12 +75,14 @@ def feed(engine, k, bad=(), lost=150, sizes=(64,), base=13, proto="udp"):
     return engine.tick(T0 + (k + 1) * W + 5)
 
 
-def take(a, k, findings, symptom="latency", **kw):
+def take(a, k, findings, symptom="latency", observed=None, **kw):
     """Window k's findings straight into the engine's incident rules (no
-    detector, no localization), their pairs observed and anomalous with
-    `symptom`: the incidents they changed."""
+    detector, no localization), their pairs anomalous with `symptom`, and
+    observed with the `observed` healthy ones (default none): the incidents
+    they changed."""
     pairs = [p for f in findings for p in f.pairs]
-    return a._update_incidents(T0 + k * W, findings, {}, set(pairs), dict.fromkeys(pairs, symptom),
+    seen = set(pairs) if observed is None else set(observed) | set(pairs)
+    return a._update_incidents(T0 + k * W, findings, {}, seen, dict.fromkeys(pairs, symptom),
                                a._open, a._streak, a._persist, **kw)
 
 
@@ -1181,10 +1183,7 @@ def test_a_lossy_tors_first_window_named_at_a_link_under_each_tor_is_one_inciden
     everyone = {(WIDE.endpoint(a, 0), WIDE.endpoint(b, 0)) for a in range(8) for b in range(a + 1, 8)}
 
     def window(k, findings):
-        pairs = {p for f in findings for p in f.pairs}
-        return engine._update_incidents(T0 + k * W, findings, {}, everyone,
-                                        dict.fromkeys(pairs, "loss"), engine._open,
-                                        engine._streak, engine._persist)
+        return take(engine, k, findings, "loss", observed=everyone)
 
     window(0, [Finding(across, "underlay", "loss", mine, 0.75),
                Finding(touching, "underlay", "loss", theirs, 0.6)])
@@ -1798,9 +1797,7 @@ def test_a_host_named_after_one_of_its_nic_links_takes_over_that_links_incident(
     later = sorted(of_endpoint(0, 0))[2:] + sorted(of_endpoint(0, 1))
 
     def window(k, f):
-        return engine._update_incidents(T0 + k * W, [f], {}, set(f.pairs),
-                                        dict.fromkeys(f.pairs, f.symptom), engine._open,
-                                        engine._streak, engine._persist)
+        return take(engine, k, [f], f.symptom)
 
     window(0, Finding(link, "underlay", "loss", first, 0.6))
     (inc,) = engine.list_incidents()
@@ -1829,9 +1826,7 @@ def test_a_link_whose_twin_halves_its_confidence_may_still_rename_its_incident(e
                 "healthy_pairs_on_link": 0, "indistinguishable_from": [twin]}
 
     def window(k, f):
-        engine._update_incidents(T0 + k * W, [f], {}, set(f.pairs),
-                                 dict.fromkeys(f.pairs, "loss"), engine._open,
-                                 engine._streak, engine._persist)
+        take(engine, k, [f], "loss")
 
     window(0, Finding(tor, "underlay", "loss", cross, 0.6))
     (inc,) = engine.list_incidents()
@@ -2094,9 +2089,7 @@ def test_a_spine_down_beside_a_lossy_tor_half_of_whose_pairs_it_holds_is_its_own
     observed = {pair(a, b) for a in range(8) for b in range(a + 1, 8)}
 
     def window(k, findings):
-        lossy = {p: "loss" for f in findings for p in f.pairs}
-        engine._update_incidents(T0 + k * W, findings, {}, observed, lossy, engine._open,
-                                 engine._streak, engine._persist)
+        take(engine, k, findings, "loss", observed=observed)
 
     window(0, [Finding(tor, "underlay", "loss", at_tor, 0.8)])
     for k in (1, 2, 3):
