@@ -385,14 +385,14 @@ class Analyzer:
                   clears: dict[str, int] | None = None,
                   switch_clears: Callable[[str], int] | None = None,
                   pooled: Mapping[Pair, str] | None = None,
-                  tail_only: Container[Pair] = ()) -> list[Finding]:
+                  partly_slow: Container[Pair] = ()) -> list[Finding]:
         def candidates(pair: Pair) -> dict[str, float]:
             symptom = anomalous.get(pair)
             return self.routes.accused(pair, symptom) if symptom else self.routes.candidates(pair)
         return rehome_stray_loss(
             localize(anomalous, healthy, self.dead | self._silent, candidates,
                      lambda p: self.overlay.round_trip(*p), self._switches_of, clears,
-                     switch_clears, self._host_of, self._container_of, pooled, tail_only),
+                     switch_clears, self._host_of, self._container_of, pooled, partly_slow),
             anomalous, self._may_cross)
 
     def _pooled_links(self, obs: Observation, pid: np.ndarray, anomalous: Mapping[Pair, str]
@@ -536,7 +536,10 @@ class Analyzer:
                 anomalous[pair] = "loss"
                 evidence[pair] = {"lossy_links": ev}
                 bad_pairs = np.union1d(bad_pairs, [self._pair_id[pair]])
-        for pair, slow_routes in self.routes.slow_routes().items():
+        # Pairs slow on some of their routes and not on others: whatever
+        # else they show, a share of their probes (see `_localize`).
+        by_route = self.routes.slow_routes()
+        for pair, slow_routes in by_route.items():
             if pair not in anomalous:
                 anomalous[pair] = "latency"
                 evidence[pair] = {"routes": slow_routes}
@@ -564,7 +567,7 @@ class Analyzer:
             tail_only = self._tail_only_pairs(pid, obs)
             findings = [self._slow_beside(f, anomalous, edge) for f in self._localize(
                 anomalous, healthy, clears, switch_clears, self._pooled_links(obs, pid, anomalous),
-                tail_only)]
+                tail_only | by_route.keys())]
             strong = self._strong_pairs(pid, obs.sustained, sent - lost)
             # Each pair's probes this window: a loss incident's "clean" windows
             # must really be clean, not merely short of significance.

@@ -69,14 +69,15 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
              host_of: HostOf | None = None,
              container_of: Callable[[str], str | None] | None = None,
              pooled: Mapping[Pair, str] | None = None,
-             tail_only: Container[Pair] = ()) -> list[Finding]:
+             partly_slow: Container[Pair] = ()) -> list[Finding]:
     """`clears`: healthy pairs per link all their paths cross, when the caller
     has it counted already (else counted here from `healthy`);
     `switch_clears`: the same per switch (healthy pairs certainly crossing
     it), asked only when named links could be one switch's fault;
     `pooled`: pairs whose loss the pooled test of a link all their paths
-    cross explained, and that link; `tail_only`: pairs whose only anomaly
-    is a slow tail (a share of their probes)."""
+    cross explained, and that link; `partly_slow`: pairs slow on only a
+    share of their probes (their only anomaly a slow tail, or slow on the
+    routes through a slow link and not on the others)."""
     findings: list[Finding] = []
     by_agent: dict[str, list[Pair]] = defaultdict(list)
     network: dict[Pair, str] = {}
@@ -126,15 +127,17 @@ def localize(anomalous: Mapping[Pair, str], healthy: set[Pair], dead_endpoints: 
     # (the dump is of now; congestions slowed a share of the probes of pairs
     # whose NIC went wrong 25 minutes later, and three such windows opened
     # an incident: bench/inject.py nicoffload over 30 congestions an hour,
-    # draw 3131). Nor is a pair that lost some of its probes: the rule sends
-    # them all one way, slow or nowhere (a spine down cost a NIC's pairs
-    # their flows through it 12 minutes before the NIC went wrong, and the
-    # NIC's incident began there: spinedown then nicoffload, draw 4103 of
-    # session 63).
+    # draw 3131), nor one slow on its routes through a slow link and not on
+    # its others (a slow spine's pair on the NIC's stale rule: spinelat,
+    # then nicoffload 53 minutes later, draw 4606 of session 66). Nor is a
+    # pair that lost some of its probes: the rule sends them all one way,
+    # slow or nowhere (a spine down cost a NIC's pairs their flows through
+    # it 12 minutes before the NIC went wrong, and the NIC's incident began
+    # there: spinedown then nicoffload, draw 4103 of session 63).
     nic_pairs: dict[str, list[Pair]] = defaultdict(list)
     for p in sorted(rest):
         t = traces[p]
-        if t.kind == "nic" and t.nic and p not in tail_only and rest[p] != "loss":
+        if t.kind == "nic" and t.nic and p not in partly_slow and rest[p] != "loss":
             nic_pairs[t.nic].append(p)
     for nic, pairs in sorted(nic_pairs.items()):
         t = traces[pairs[0]]
