@@ -536,8 +536,9 @@ class Analyzer:
                 anomalous[pair] = "loss"
                 evidence[pair] = {"lossy_links": ev}
                 bad_pairs = np.union1d(bad_pairs, [self._pair_id[pair]])
-        # Pairs slow on some of their routes and not on others: whatever
-        # else they show, a share of their probes (see `_localize`).
+        # Pairs slow on their routes through a slow link and not on their
+        # others: slow on a share of their probes, whatever their window's
+        # statistics say (`localize`'s `partly_slow`).
         by_route = self.routes.slow_routes()
         for pair, slow_routes in by_route.items():
             if pair not in anomalous:

@@ -684,6 +684,32 @@ def test_losses_accuse_the_routes_they_took_not_the_last_traced_one(engine):
     assert s.labels["as_likely"] == ",".join(twins)
 
 
+def slow_spine_windows(engine, also_slow=()):
+    """Six healthy windows, then four in which spine 0 is slow: each cross
+    pair of rail 0 sends 45 of its 60 probes a window through it, each
+    +100 us (the median too), and 15 through spine 1 at the usual 13 us;
+    the pairs in `also_slow` are +100 us on spine 1 as well. The incidents
+    the slow windows changed."""
+    for k in range(6):
+        feed(engine, k, sizes=(64, 1024))
+    changed = []
+    for k in range(6, 10):
+        start = T0 + k * W
+        ws = []
+        for (a, b), size in itertools.product(CROSS, (64, 1024)):
+            ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
+            other = 113.0 if (ea, eb) in also_slow else 13.0
+            ws.append(WindowStats(ea, eb, start, start + W, size, 60, 0, 10, 13, 112, 113, 88, 45,
+                                  120, route=spine_route(a, b, 1),
+                                  routes=(RouteStats(spine_route(a, b, 0), 45, 0, 113.0),
+                                          RouteStats(spine_route(a, b, 1), 15, 0, other))))
+        ws += [win(a, b, k, size=size) for r in range(2) for a, b in rail_pairs(r)
+               for size in (64, 1024) if not (r == 0 and (a, b) in CROSS)]
+        assert engine.add_windows(ws) == []
+        changed += engine.tick(start + W + 5)
+    return changed
+
+
 def test_a_route_is_slow_against_the_pairs_fastest_route_not_its_median(engine):
     """A latency fault on the path most of a pair's flows take moves the
     pair's median with it (in a three-tier fabric, several of a pair's
@@ -691,23 +717,7 @@ def test_a_route_is_slow_against_the_pairs_fastest_route_not_its_median(engine):
     looked normal and the blame went to the one healthy route's links
     (probesim, 3 tiers: the sibling uplink named, 21 votes to 19.5).
     Judged against the pair's fastest route that window, the slow one is."""
-    for k in range(6):
-        feed(engine, k, sizes=(64, 1024))
-    named: set[str] = set()
-    for k in range(6, 10):
-        start = T0 + k * W
-        ws = []
-        for (a, b), size in itertools.product(CROSS, (64, 1024)):
-            ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
-            # 45 of 60 probes through spine 0, each +100 us: the median too.
-            ws.append(WindowStats(ea, eb, start, start + W, size, 60, 0, 10, 13, 112, 113, 88, 45,
-                                  120, route=spine_route(a, b, 1),
-                                  routes=(RouteStats(spine_route(a, b, 0), 45, 0, 113.0),
-                                          RouteStats(spine_route(a, b, 1), 15, 0, 13.0))))
-        ws += [win(a, b, k, size=size) for r in range(2) for a, b in rail_pairs(r)
-               for size in (64, 1024) if not (r == 0 and (a, b) in CROSS)]
-        assert engine.add_windows(ws) == []
-        named |= {i.component.id for i in engine.tick(start + W + 5)}
+    named = {i.component.id for i in slow_spine_windows(engine)}
     assert named and all(LAY.spine(0) in c for c in named), named
 
 
@@ -729,23 +739,7 @@ def test_a_pair_slow_on_one_route_is_not_its_nics_slow_path(every_route_slow):
     doc = break_overlay(with_overlay(layout_doc(LAY)), [
         ProbeFault("nic_offload", 0.0, nic=nic, rule_dst=LAY.overlay_ip(2, 0))])
     engine = Analyzer(parse_topology(doc), AnalyzerConfig())
-    for k in range(6):
-        feed(engine, k, sizes=(64, 1024))
-    changed = []
-    for k in range(6, 10):
-        start = T0 + k * W
-        ws = []
-        for (a, b), size in itertools.product(CROSS, (64, 1024)):
-            ea, eb = LAY.endpoint(a, 0), LAY.endpoint(b, 0)
-            other = 113.0 if every_route_slow and (ea, eb) == dst else 13.0
-            ws.append(WindowStats(ea, eb, start, start + W, size, 60, 0, 10, 13, 112, 113, 88, 45,
-                                  120, route=spine_route(a, b, 1),
-                                  routes=(RouteStats(spine_route(a, b, 0), 45, 0, 113.0),
-                                          RouteStats(spine_route(a, b, 1), 15, 0, other))))
-        ws += [win(a, b, k, size=size) for r in range(2) for a, b in rail_pairs(r)
-               for size in (64, 1024) if not (r == 0 and (a, b) in CROSS)]
-        assert engine.add_windows(ws) == []
-        changed += engine.tick(start + W + 5)
+    changed = slow_spine_windows(engine, also_slow={dst} if every_route_slow else ())
     nics = [i for i in engine.list_incidents() if i.component.type == "nic"]
     assert changed
     if every_route_slow:
