@@ -4,6 +4,7 @@ analyze`'s path): each fault named as the exact component and layer."""
 from __future__ import annotations
 
 import json
+import math
 
 import pyarrow.parquet as pq
 import pytest
@@ -625,7 +626,8 @@ def test_a_pooled_nic_test_does_not_take_the_pairs_of_twins_that_meet_at_one_swi
     a second, NIC-link finding). The switch keeps its links' shared
     confidence: a lossy window of a congested switch must hold a window.
     How surely the switch failed it reports apart (`switch_confidence`):
-    the twins meet at it, so they weaken which link, not whether S."""
+    the twins meet at it, so they weaken which link, not whether S; and
+    any two of its three links (0.625, 0.75, 0.75) right make it S."""
     from analyzer.localize import localize
 
     rails = range(3)
@@ -647,7 +649,49 @@ def test_a_pooled_nic_test_does_not_take_the_pairs_of_twins_that_meet_at_one_swi
                      pooled={("a10", "b10"): "a10~T0a"})
     assert [(f.component.type, f.component.id) for f in found] == [("switch", "S")]
     assert sorted(found[0].pairs) == sorted(lossy)
-    assert (found[0].confidence, found[0].evidence["switch_confidence"]) == (0.312, 0.625)
+    assert (found[0].confidence, found[0].evidence["switch_confidence"]) == (0.312, 0.797)
+
+
+@pytest.mark.parametrize("rails, expected", [(8, 1.0), (2, 0.75)])
+def test_a_switch_named_on_many_of_its_links_is_surer_than_any_one_of_them(rails, expected):
+    """Spine S slow, rails of two ToRs each: on each rail three pairs traced
+    through S are slow and one is not (each link 3 of 4: 0.75, before its
+    twin halves it); every NIC link is cleared by healthy pairs under
+    its ToR. The cover gives each pair to one link, so the links
+    are named by pairs of their own, and any two of them right make the
+    switch: on 8 rails S is as good as certain (a slow spine named on its
+    16 links reported 0.85 below a slow NIC link's 1.0 inside it, and the
+    scorer's best match took the NIC link for both faults: draw 4801 of
+    session 67). Two links right together are less likely than one: on 2
+    rails the switch keeps its surest-bounded figure, the least of them."""
+    from analyzer.incident_rules import reported
+    from analyzer.localize import localize
+
+    def candidates(pair):
+        x, y = pair
+        return {f"{x}~T{x[1]}a": 1.0, f"{y}~T{y[1]}b": 1.0,
+                f"S~T{x[1]}a": 1.0, f"S~T{y[1]}b": 1.0}
+
+    slow = {(f"a{r}{k}", f"b{r}{k}"): "latency" for r in range(rails) for k in range(3)}
+    clears = {f"S~T{r}{s}": 1 for r in range(rails) for s in "ab"}
+    # Each NIC's link: healthy pairs under its own ToR.
+    clears |= {f"{e}~T{e[1]}{'a' if e[0] == 'a' else 'b'}": 2 for p in slow for e in p}
+    found = localize(slow, set(), set(), candidates, switches_of=switches_of, clears=clears)
+    assert [(f.component.type, f.component.id) for f in found] == [("switch", "S")]
+    assert reported(found[0]) == expected
+
+
+def test_the_chance_of_two_findings_right_is_counted_over_every_outcome():
+    """The closed form against every outcome of the findings, enumerated."""
+    import itertools
+
+    from analyzer.localize import at_least_two
+
+    for ps in ([], [0.9], [0.5, 0.5], [0.75] * 8, [0.625, 0.75, 0.75], [1.0, 0.3, 0.0]):
+        slow = sum(math.prod(p if right else 1 - p for p, right in zip(ps, outcome))
+                   for outcome in itertools.product((True, False), repeat=len(ps))
+                   if sum(outcome) >= 2)
+        assert at_least_two(ps) == pytest.approx(slow, abs=1e-12)
 
 
 def test_a_loop_is_named_by_the_rule_its_failing_pairs_entered_it_through():
