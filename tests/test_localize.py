@@ -688,10 +688,10 @@ def test_the_chance_of_two_findings_right_is_counted_over_every_outcome():
     from analyzer.localize import at_least_two
 
     for ps in ([], [0.9], [0.5, 0.5], [0.75] * 8, [0.625, 0.75, 0.75], [1.0, 0.3, 0.0]):
-        slow = sum(math.prod(p if right else 1 - p for p, right in zip(ps, outcome))
+        chance = sum(math.prod(p if right else 1 - p for p, right in zip(ps, outcome, strict=True))
                    for outcome in itertools.product((True, False), repeat=len(ps))
                    if sum(outcome) >= 2)
-        assert at_least_two(ps) == pytest.approx(slow, abs=1e-12)
+        assert at_least_two(ps) == pytest.approx(chance, abs=1e-12)
 
 
 def test_a_loop_is_named_by_the_rule_its_failing_pairs_entered_it_through():
