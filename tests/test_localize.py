@@ -694,6 +694,41 @@ def test_the_chance_of_two_findings_right_is_counted_over_every_outcome():
         assert at_least_two(ps) == pytest.approx(chance, abs=1e-12)
 
 
+@pytest.mark.parametrize("healthy, named", [
+    (8, [("link", "S0~T0"), ("link", "a1~T0")]),
+    (2, [("switch", "T0")]),
+])
+def test_slow_links_meeting_at_a_switch_most_of_whose_pairs_are_healthy_stay_links(
+        healthy, named):
+    """Endpoint a1's NIC slow (its three pairs, under its own ToR), and spine link
+    S0~T0 slow (four pairs traced through S0): two slow links meeting at
+    ToR T0. A slow ToR would slow every probe through it, and here more
+    healthy pairs certainly cross T0 than failing ones: two faults, not
+    the ToR (before: one slow ToR for 17 minutes, the NIC's fault never
+    reported; bench/inject.py uplinklat then nicslow, draw 4812 of
+    session 67). Where the failing pairs outnumber the healthy ones
+    through it, the links are still the switch's."""
+    from analyzer.localize import localize
+
+    up = {f"{s}{i}": f"T{int(s == 'b')}" for s in "ab" for i in range(1, 7)}
+    traced = {("a2", "b4"), ("a3", "b5"), ("a4", "b6"), ("a5", "b1")}
+
+    def candidates(pair):
+        x, y = pair
+        ends = {f"{x}~{up[x]}": 1.0, f"{y}~{up[y]}": 1.0}
+        if up[x] == up[y]:
+            return ends
+        if pair in traced:
+            return ends | {"S0~T0": 1.0, "S0~T1": 1.0}
+        return ends | {f"S{k}~T{t}": 0.25 for k in range(4) for t in (0, 1)}
+
+    slow = {p: "latency" for p in [("a1", "a2"), ("a1", "a3"), ("a1", "a4"), *traced]}
+    ok = [("a2", "b5"), ("a3", "b6"), ("a4", "b1"), ("a5", "b2"), ("a6", "b3"), ("a6", "b4"),
+          ("a2", "b2"), ("a3", "b3")][:healthy]
+    found = localize(slow, set(ok), set(), candidates, switches_of=switches_of)
+    assert sorted((f.component.type, f.component.id) for f in found) == named
+
+
 def test_a_loop_is_named_by_the_rule_its_failing_pairs_entered_it_through():
     """Host 3's rule for host 0's endpoint points at host 2, whose rule
     points back. Probes from host 3 to it enter the loop through host 3's
