@@ -341,15 +341,12 @@ def _merge_hosts(links: list[Finding], host_of: HostOf) -> list[Finding]:
     PCIe complex, memory, CPU, its virtual switch). Two independent link
     faults on one host at once are far rarer than one fault of the host, and
     reporting a link per rail would make one fault as many incidents. Only
-    links that stand out count towards a host: accused by several pairs and
-    by them more than by any other link they may cross. One pair's stray loss
-    accuses both its ends alike; joined to a real fault of one NIC link, it
-    would turn that link into its host."""
+    links that stand out count towards a host (`_host_links`)."""
     used: set[int] = set()
     out: list[Finding] = []
     for (host, _), idx in sorted(_by_host(links, host_of).items()):
-        standing = [i for i in idx if _stands_out(links[i])]
-        if len(standing) < 2:
+        standing = _host_links(links, idx)
+        if not standing:
             continue
         used.update(idx)
         out.append(Finding(
@@ -409,11 +406,33 @@ def _stands_out(f: Finding) -> bool:
     return len(f.pairs) >= 2 and float(f.evidence.get("margin_on_its_pairs", 0.0)) > 1e-9
 
 
+def _host_links(links: list[Finding], idx: list[int]) -> list[int]:
+    """Which of one host's NIC links (`idx`) make it the host: two or more
+    that stand out, accused by several pairs and by them more than by any
+    other link they may cross (one pair's stray loss accuses both its ends
+    alike; joined to a real fault of one NIC link, it would turn that link
+    into its host). Else three or more that no healthy pair crosses: a
+    slow spine's cover took all but one pair of each of a slow host's
+    eight NICs, and each NIC's link, named on one pair, opened an
+    incident of its own (bench/inject.py hostslow inside spinelat, draw
+    4907 of session 67). A stray loss names no link its NIC's healthy
+    pairs clear, and no pair joins two NICs of one host (they sit on
+    different rails)."""
+    standing = [i for i in idx if _stands_out(links[i])]
+    if len(standing) >= 2:
+        return standing
+    bare = [i for i in idx if links[i].evidence.get("healthy_pairs_on_link") == 0]
+    return bare if len(bare) >= 3 else []
+
+
 def _host_peers(links: list[Finding], host_of: HostOf) -> dict[int, int]:
     """Per NIC link: how many other links of its host, slow or lossy as it
-    is, stand out (what `_merge_hosts` joins)."""
-    return {i: sum(_stands_out(links[j]) for j in idx if j != i)
-            for idx in _by_host(links, host_of).values() for i in idx}
+    is, make it the host (what `_merge_hosts` joins)."""
+    out: dict[int, int] = {}
+    for idx in _by_host(links, host_of).values():
+        joins = _host_links(links, idx)
+        out.update({i: sum(1 for j in joins if j != i) for i in idx})
+    return out
 
 
 def _by_host(links: list[Finding], host_of: HostOf) -> dict[tuple[str, bool], list[int]]:

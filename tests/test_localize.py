@@ -318,6 +318,41 @@ def test_a_slow_host_beside_a_slow_spine_link_is_the_host_and_the_link_not_their
     assert ("switch", "T0") in [(f.component.type, f.component.id) for f in found]
 
 
+@pytest.mark.parametrize("rails, named", [
+    (4, [("host", "h"), ("switch", "S")]),
+    (2, [("link", "h/0~T0"), ("link", "h/1~T1"), ("switch", "S")]),
+])
+def test_a_slow_host_inside_a_slow_spine_is_the_host_on_one_pair_per_nic(rails, named):
+    """Spine S slow, and host h (NIC h/r under ToR Tr on rail r) slow too.
+    Three of each NIC's pairs, traced through S, go to S's links in the
+    cover (they are accused by the pairs of u/r and v/r as well); each NIC
+    keeps one pair to y/r under its own ToR, so its link is named on one
+    pair and stands out by nothing. No healthy pair crosses any of h's
+    links: on four rails that is the host (before: a link incident per
+    NIC, eight of them beside the spine's in bench/inject.py hostslow
+    inside spinelat, draw 4907 of session 67). Two such links may be two
+    pairs' chance, and stay links."""
+    from analyzer.localize import localize
+
+    def candidates(pair):
+        (x, rail), (y, _) = (e.split("/") for e in pair)
+        ends = {f"{e}~{'U' if e[0] in 'pv' else 'T'}{rail}": 1.0 for e in pair}
+        if y == "y":  # under h's own ToR
+            return ends
+        return ends | {f"S~T{rail}": 1.0, f"S~U{rail}": 1.0}  # traced through S
+
+    def host_of(link):
+        return link.split("/")[0] if "/" in link else None
+
+    slow = [(f"h/{r}", f"p{k}/{r}") for r in range(rails) for k in range(3)]
+    slow += [(f"h/{r}", f"y/{r}") for r in range(rails)]
+    slow += [(f"u{k}/{r}", f"v{k}/{r}") for r in range(rails) for k in range(4)]
+    healthy = {(f"y/{r}", f"q{k}/{r}") for r in range(rails) for k in range(2)}
+    found = localize({p: "latency" for p in slow}, healthy, set(), candidates,
+                     switches_of=switches_of, host_of=host_of)
+    assert sorted((f.component.type, f.component.id) for f in found) == named
+
+
 def test_a_lossy_tor_closes_where_its_loss_ended_while_a_spine_down_goes_on(tmp_path):
     """ToR 1 loses 4 % from 300 s to 600 s; spine 1 goes down at 450 s for
     good. The ToR's pairs between ToRs keep losing the probes they send
