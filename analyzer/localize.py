@@ -449,7 +449,9 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
                     crossed: Callable[[Pair], set[str]], failing: Mapping[Pair, str],
                     switch_clears: Callable[[str], int],
                     host_of: HostOf | None = None) -> list[Finding]:
-    """Two or more named links meeting at one switch: the switch failed.
+    """Two or more named links meeting at one switch: the switch failed
+    (slow links: only where the healthy pairs through it do not outnumber
+    the failing ones).
 
     Which switch: a switch losing a few % of everything through it makes a
     different random handful of pairs fail each window, and the greedy
@@ -498,8 +500,9 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
         # A slow switch slows every probe through it: where more healthy
         # pairs certainly cross it than failing ones, its slow links are
         # faults of their own (a slow spine link and a slow NIC link under
-        # one ToR, 40 pairs against 60 healthy ones through it, were one
-        # slow ToR for 17 minutes and the NIC's fault was never reported:
+        # one ToR, 35-47 failing pairs and up to 34 more healthy ones
+        # through it, were one slow ToR for 17 minutes and the NIC's fault
+        # was never reported:
         # bench/inject.py uplinklat then nicslow, draw 4812 of session 67).
         # A lossy switch loses a few probes of a few pairs each window.
         if slow and net[best] < 0:
