@@ -340,8 +340,8 @@ def _merge_hosts(links: list[Finding], host_of: HostOf) -> list[Finding]:
     the fabric is shared by their paths; what they share is the host (its
     PCIe complex, memory, CPU, its virtual switch). Two independent link
     faults on one host at once are far rarer than one fault of the host, and
-    reporting a link per rail would make one fault as many incidents. Only
-    links that stand out count towards a host (`_host_links`)."""
+    reporting a link per rail would make one fault as many incidents. Which
+    links count towards a host `_host_links` says: a stray loss's must not."""
     used: set[int] = set()
     out: list[Finding] = []
     for (host, _), idx in sorted(_by_host(links, host_of).items()):

@@ -697,8 +697,8 @@ def test_a_switch_named_on_many_of_its_links_is_surer_than_any_one_of_them(rails
     switch: on 8 rails S is as good as certain (a slow spine named on its
     16 links reported 0.85 below a slow NIC link's 1.0 inside it, and the
     scorer's best match took the NIC link for both faults: draw 4801 of
-    session 67). Two links right together are less likely than one: on 2
-    rails the switch keeps its surest-bounded figure, the least of them."""
+    session 67). Two links right together are less likely than either
+    one: on 2 rails the switch reports the least of them, as before."""
     from analyzer.incident_rules import reported
     from analyzer.localize import localize
 
