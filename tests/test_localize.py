@@ -764,6 +764,28 @@ def test_slow_links_meeting_at_a_switch_most_of_whose_pairs_are_healthy_stay_lin
     assert sorted((f.component.type, f.component.id) for f in found) == named
 
 
+def test_slow_links_between_switches_meeting_at_a_mostly_healthy_spine_are_the_spine():
+    """Spine S congested on two rails (three pairs each, traced through it)
+    while nine healthy pairs on three other rails cross it too: more
+    healthy pairs than failing ones, but no NIC's link is among the slow
+    ones, and nothing joins two links between switches but the switch
+    they meet at. Before: two slow links, one touching a ToR that died
+    the window after; the ToR's loss ran on from it and was dated 27 s
+    early (draws 4815 and 5002 of session 67)."""
+    from analyzer.localize import localize
+
+    def candidates(pair):
+        x, y = pair
+        return {f"{x}~T{x[1]}a": 1.0, f"{y}~T{y[1]}b": 1.0,
+                f"S~T{x[1]}a": 1.0, f"S~T{y[1]}b": 1.0}
+
+    slow = {(f"a{r}{k}", f"b{r}{k}"): "latency" for r in range(2) for k in range(3)}
+    healthy = {(f"a{r}{k}", f"b{r}{k}") for r in range(2, 5) for k in range(3)}
+    found = localize(slow, healthy, set(), candidates, switches_of=switches_of)
+    assert [(f.component.type, f.component.id) for f in found] == [("switch", "S")]
+    assert found[0].evidence["failing_minus_healthy_pairs"] == {"S": -3}
+
+
 def test_a_loop_is_named_by_the_rule_its_failing_pairs_entered_it_through():
     """Host 3's rule for host 0's endpoint points at host 2, whose rule
     points back. Probes from host 3 to it enter the loop through host 3's
