@@ -450,8 +450,8 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
                     switch_clears: Callable[[str], int],
                     host_of: HostOf | None = None) -> list[Finding]:
     """Two or more named links meeting at one switch: the switch failed
-    (slow links: only where the healthy pairs through it do not outnumber
-    the failing ones).
+    (slow links with a NIC's among them: only where the healthy pairs
+    through it do not outnumber the failing ones).
 
     Which switch: a switch losing a few % of everything through it makes a
     different random handful of pairs fail each window, and the greedy
@@ -481,10 +481,6 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
         if len(idx) < 2:
             continue
         pairs = sorted({p for i in idx for p in links[i].pairs})
-        evidence: dict[str, Any] = {"reason": "its links failed together",
-                                    "links": sorted(links[i].component.id for i in idx),
-                                    "votes": {links[i].component.id: links[i].evidence["votes"]
-                                              for i in idx}}
         # A slow host's pair under its own ToR, named on its NIC's link
         # beside the pairs a dead ToR across cut off, crosses only its own
         # ToR: counted, it kept the dead ToR out of `common` (draw 843).
@@ -513,7 +509,11 @@ def _merge_switches(links: list[Finding], switches_of: SwitchesOf,
                                           for i in idx):
             continue
         used.update(idx)
-        evidence["failing_minus_healthy_pairs"] = net
+        evidence: dict[str, Any] = {"reason": "its links failed together",
+                                    "links": sorted(links[i].component.id for i in idx),
+                                    "votes": {links[i].component.id: links[i].evidence["votes"]
+                                              for i in idx},
+                                    "failing_minus_healthy_pairs": net}
         if best != sw:
             evidence["named_at"] = sw
             sw = best

@@ -687,6 +687,14 @@ def test_a_pooled_nic_test_does_not_take_the_pairs_of_twins_that_meet_at_one_swi
     assert (found[0].confidence, found[0].evidence["switch_confidence"]) == (0.312, 0.797)
 
 
+def through_s(pair):
+    """Candidates of pair (a<rail><k>, b<rail><k>) traced through spine S:
+    a under ToR T<rail>a, b under T<rail>b, S's links to both."""
+    x, y = pair
+    return {f"{x}~T{x[1]}a": 1.0, f"{y}~T{y[1]}b": 1.0,
+            f"S~T{x[1]}a": 1.0, f"S~T{y[1]}b": 1.0}
+
+
 @pytest.mark.parametrize("rails, expected", [(8, 1.0), (2, 0.75)])
 def test_a_switch_named_on_many_of_its_links_is_surer_than_any_one_of_them(rails, expected):
     """Spine S slow, rails of two ToRs each: on each rail three pairs traced
@@ -702,16 +710,11 @@ def test_a_switch_named_on_many_of_its_links_is_surer_than_any_one_of_them(rails
     from analyzer.incident_rules import reported
     from analyzer.localize import localize
 
-    def candidates(pair):
-        x, y = pair
-        return {f"{x}~T{x[1]}a": 1.0, f"{y}~T{y[1]}b": 1.0,
-                f"S~T{x[1]}a": 1.0, f"S~T{y[1]}b": 1.0}
-
     slow = {(f"a{r}{k}", f"b{r}{k}"): "latency" for r in range(rails) for k in range(3)}
     clears = {f"S~T{r}{s}": 1 for r in range(rails) for s in "ab"}
     # Each NIC's link: healthy pairs under its own ToR.
     clears |= {f"{e}~T{e[1]}{'a' if e[0] == 'a' else 'b'}": 2 for p in slow for e in p}
-    found = localize(slow, set(), set(), candidates, switches_of=switches_of, clears=clears)
+    found = localize(slow, set(), set(), through_s, switches_of=switches_of, clears=clears)
     assert [(f.component.type, f.component.id) for f in found] == [("switch", "S")]
     assert reported(found[0]) == expected
 
@@ -774,14 +777,9 @@ def test_slow_links_between_switches_meeting_at_a_mostly_healthy_spine_are_the_s
     early (draws 4815 and 5002 of session 67)."""
     from analyzer.localize import localize
 
-    def candidates(pair):
-        x, y = pair
-        return {f"{x}~T{x[1]}a": 1.0, f"{y}~T{y[1]}b": 1.0,
-                f"S~T{x[1]}a": 1.0, f"S~T{y[1]}b": 1.0}
-
     slow = {(f"a{r}{k}", f"b{r}{k}"): "latency" for r in range(2) for k in range(3)}
     healthy = {(f"a{r}{k}", f"b{r}{k}") for r in range(2, 5) for k in range(3)}
-    found = localize(slow, healthy, set(), candidates, switches_of=switches_of)
+    found = localize(slow, healthy, set(), through_s, switches_of=switches_of)
     assert [(f.component.type, f.component.id) for f in found] == [("switch", "S")]
     assert found[0].evidence["failing_minus_healthy_pairs"] == {"S": -3}
 
