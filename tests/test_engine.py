@@ -429,6 +429,31 @@ def test_a_link_losing_one_probe_a_window_keeps_its_one_incident(engine):
     assert [(i.id, i.end) for i in engine.list_incidents()] == [(inc.id, None)]
 
 
+@pytest.mark.parametrize("quiet", ["as_many_as_closed_it", "more"])
+def test_a_loss_back_soon_after_its_incident_closed_reopens_it(engine, quiet):
+    """A weak fault's losses may thin out by chance for as many windows as
+    close its incident. Back within that many windows of the close, it is
+    the same fault: the incident opens again under its id (a linkloss
+    draw of session 67 got two incidents 2 minutes apart). Back later,
+    it is a new one."""
+    mine, h, inc = _link_incident_on_two_pairs(engine)
+    n = engine.cfg.close_windows
+    closed = [i for k in range(h, h + n) for i in feed(engine, k)]
+    assert [(i.id, i.end) for i in closed] == [(inc.id, T0 + h * W)]
+    back = h + n + (n - 1 if quiet == "as_many_as_closed_it" else n)
+    for k in range(h + n, back):
+        assert feed(engine, k) == []
+    (again,) = feed(engine, back, bad=set(mine))
+    assert again.end is None and again.component == inc.component
+    if quiet == "as_many_as_closed_it":
+        assert [i.id for i in engine.list_incidents()] == [inc.id]
+        assert again.start == inc.start and set(again.pairs) == set(mine)
+    else:
+        assert again.id != inc.id and again.start == T0 + back * W
+        assert [(i.id, i.end) for i in engine.list_incidents()] == \
+            [(inc.id, T0 + h * W), (again.id, None)]
+
+
 def test_a_spine_links_loss_on_other_pairs_than_its_incidents_keeps_it_open(engine):
     """A ToR-spine link's incident, opened on one cross-ToR pair (a few
     routes traced: no pair has every path across it, so only its named
