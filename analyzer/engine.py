@@ -806,7 +806,8 @@ class Analyzer:
         # One incident per fault: a finding about pairs an open incident
         # already holds refines that incident (a more certain component
         # replaces its guess, id kept) or just keeps it open.
-        held = self._overlapping(f, open_map, key, w.anomalous)
+        held = self._overlapping(f, open_map, key, w.anomalous,
+                                 {(g.component.type, g.component.id) for g in findings})
         own = open_map.get(key) or (open_map[held] if held is not None else None)
         if own is not None and f.symptom == self.incidents[own].symptom == "loss" and \
                 w.counts is not None and not self._still_lossy(self._as_refined(own, f), w.counts):
@@ -1358,8 +1359,8 @@ class Analyzer:
         return float(counts[0][ids].sum()), int(round(float(counts[1][ids].sum())))
 
     def _overlapping(self, f: Finding, open_map: dict[tuple[str, str], str],
-                     key: tuple[str, str], anomalous: Mapping[Pair, str] | None = None
-                     ) -> tuple[str, str] | None:
+                     key: tuple[str, str], anomalous: Mapping[Pair, str] | None = None,
+                     named: Container[tuple[str, str]] = ()) -> tuple[str, str] | None:
         """The open incident (other than the finding's own) sharing at least
         half of the smaller of their pair sets, most shared first. A finding
         that lost probes is its lossy pairs (`anomalous`): the slow ones a
@@ -1368,19 +1369,35 @@ class Analyzer:
         reverse) on a component that does not touch the incident's is
         another fault: a spine down holds nearly every pair between ToRs, and
         a slow ToR-spine link elsewhere, its few pairs among them, went
-        unreported for the spine's whole outage."""
+        unreported for the spine's whole outage. So is one on a component
+        not touching the incident's where the window also `named` that, a
+        quarter of whose pairs (two at least) the incident does not hold:
+        two slow spines share most of their pairs (each pair's flows cross
+        several), and named side by side for seven minutes the second was
+        held as the first's (bench/inject.py spinelat twice, draw 5005 of
+        session 67). A finding all of whose pairs the incident holds is the
+        cover's split of one fault's pairs."""
         if key in open_map:
             return None
+
         mine = set(f.pairs)
         if anomalous is not None and f.symptom in LOSSY:
             mine = {p for p in mine if anomalous.get(p) in LOSSY} or mine
+
+        def apart(k: tuple[str, str]) -> bool:
+            if k not in named or k[0] not in _FABRIC or f.component.type not in _FABRIC \
+                    or self._related(k, key):
+                return False
+            outside = len(mine.difference(self.incidents[open_map[k]].pairs))
+            return outside >= 2 and 4 * outside >= len(mine)
+
         best, best_n = None, 0
         for k, inc_id in open_map.items():
             inc = self.incidents[inc_id]
             n = half_shared(mine, inc.pairs)
             if n > best_n and stands_for(k[0], n, f) and (
                     (inc.symptom in LOSSY) == (f.symptom in LOSSY) or self._related(k, key)) \
-                    and not self._beyond(f, mine, k):
+                    and not self._beyond(f, mine, k) and not apart(k):
                 best, best_n = k, n
         if best is None and f.component.type in _LOCATED:
             # An open guess about pairs that mostly may cross this component:
@@ -1406,7 +1423,8 @@ class Analyzer:
             # nicslow then uplinklat, draw 4081 of session 62).
             best = self._mostly_crossing(
                 open_map, key, lambda k: k[0] in _FABRIC and not self._quiet_slowdown(open_map[k])
-                and (self._related(k, key) or self._covers(f, self.incidents[open_map[k]])))
+                and (self._related(k, key) or (self._covers(f, self.incidents[open_map[k]])
+                                               and not apart(k))))
         if best is None and guessed(f):
             # Pairs nothing explained (or only their link's pooled loss),
             # most of which may cross an open link's or switch's incident:

@@ -1416,6 +1416,37 @@ def test_a_nic_among_a_slow_spines_pairs_does_not_take_it_over():
     assert engine.list_incidents() == [inc] and inc.component == nic
 
 
+@pytest.mark.parametrize("first_named_too", [True, False])
+def test_a_second_slow_spine_named_beside_the_first_is_an_incident_of_its_own(first_named_too):
+    """Two spines slow at once share most of their pairs (each pair's flows
+    cross several of them): the second spine's finding holds pairs of the
+    first's incident, and as many of its own. Named in a window that names
+    the first spine too, it is another fault, with an incident of its own
+    from its first window (it was held as the first's for seven minutes:
+    bench/inject.py spinelat twice, draw 5005 of session 67). Named alone,
+    the same pairs at another spine are the open incident's fault under
+    another name, as before."""
+    from analyzer.localize import Finding
+
+    first, second = (Component("switch", WIDE.spine(s)) for s in range(2))
+    engine = _wide_engine()
+    for k in range(3):
+        take(engine, k, [Finding(first, "underlay", "latency", WIDE_CROSS[4:], 0.6)],
+             strong=set(WIDE_CROSS))
+    (inc,) = engine.list_incidents()
+    for k in range(3, 6):
+        found = [Finding(second, "underlay", "latency", WIDE_CROSS[:8], 0.6)]
+        if first_named_too:
+            found.append(Finding(first, "underlay", "latency", WIDE_CROSS[8:], 0.6))
+        take(engine, k, found, strong=set(WIDE_CROSS))
+    got = engine.list_incidents()
+    if first_named_too:
+        assert [(i.component, i.end) for i in got] == [(first, None), (second, None)]
+        assert got[1].start == T0 + 3 * W and set(got[1].pairs) == set(WIDE_CROSS[:8])
+    else:
+        assert [i.id for i in got] == [inc.id]
+
+
 @pytest.mark.parametrize("other_nic_slow_throughout", [False, True])
 def test_a_host_takes_a_slow_links_incident_only_where_its_nics_are_slow_alike(
         engine, other_nic_slow_throughout):
