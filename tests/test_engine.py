@@ -1447,6 +1447,36 @@ def test_a_second_slow_spine_named_beside_the_first_is_an_incident_of_its_own(fi
         assert [i.id for i in got] == [inc.id]
 
 
+def test_a_faults_end_is_read_beside_a_later_fault_still_on_its_pairs():
+    """Spine 0 slows all 16 of its pairs for windows 0-3; spine 1, its
+    incident opened later, slows 12 of them for windows 2-5. Read from all
+    its pairs, spine 0's end came out where spine 1's slowdown thinned, not
+    where its own ended (77 s late on draw 5005 of session 67); read from
+    the pairs no fault still failing at its end holds, it is window 4's
+    start."""
+    from analyzer.batch import STAT_FIELDS
+    from netskel.model import Incident
+
+    engine = _wide_engine()
+    engine._window_len = W
+    engine._pair_id = {p: i for i, p in enumerate(WIDE_CROSS)}
+    spines = [Component("switch", WIDE.spine(s)) for s in range(2)]
+    first, second = (Incident(id=f"inc-00000{s + 1}", start=T0 + 2 * s * W, end=None,
+                              symptom="latency", layer="underlay", component=spines[s],
+                              pairs=list(WIDE_CROSS[:16 - 4 * s]), confidence=1.0, evidence={})
+                     for s in range(2))
+    engine.incidents = {first.id: first, second.id: second}
+    n = len(WIDE_CROSS)
+    for k in range(10):
+        rtt = np.full(n, 13.0)
+        rtt[:] += 60.0 * (k < 4)
+        rtt[:12] += 60.0 * (2 <= k < 6)
+        stats = np.zeros((n, len(STAT_FIELDS)))
+        stats[:, STAT_FIELDS.index("rtt_mean")] = rtt
+        engine._sums.note(T0 + k * W, np.arange(n), stats, np.full(n, 30.0), np.zeros(n), n)
+    assert engine._read_end(first, T0 + 3 * W) == pytest.approx(T0 + 4 * W, abs=1.0)
+
+
 @pytest.mark.parametrize("other_nic_slow_throughout", [False, True])
 def test_a_host_takes_a_slow_links_incident_only_where_its_nics_are_slow_alike(
         engine, other_nic_slow_throughout):
