@@ -165,7 +165,9 @@ class Analyzer:
         self.routes = RouteEvidence(topo, self.paths, cfg)
         self._clean: dict[str, _CleanRun] = {}  # open incident -> its clean run
         # Component -> (its short-term incident, the window that closed it):
-        # named again this soon, it is the same fault back (_reopened).
+        # named again this soon, it is the same fault back (_reopened). One
+        # entry a component, so at most the topology's; an incident retired
+        # meanwhile is not reopened.
         self._closed_at: dict[tuple[str, str], tuple[str, float]] = {}
         # Open incident whose clean run has begun -> (slow windows, since) of
         # a slowdown on its pairs since: its fault back only once that would
