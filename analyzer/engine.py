@@ -1409,9 +1409,17 @@ class Analyzer:
                     and not self._beyond(f, mine, k) and not apart(k):
                 best, best_n = k, n
         if best is None and f.component.type in _LOCATED:
-            # An open guess about pairs that mostly may cross this component:
-            # the same fault, now located.
-            best = self._mostly_crossing(open_map, key, lambda k: k[0] == "endpoint")
+            # An open guess about pairs that mostly may cross this component,
+            # failing the same way: the same fault, now located. A switch's
+            # or link's slowdown is not a guess's lost probes: a ToR's 5 s
+            # congestion renamed a lost-probe guess on one pair (a NIC link's
+            # first losses) to the ToR, a false loss incident of 75 pairs for
+            # 3.5 minutes (bench/inject.py drift + linkloss, draw 5205 of
+            # session 68).
+            best = self._mostly_crossing(
+                open_map, key, lambda k: k[0] == "endpoint" and (
+                    f.component.type not in _FABRIC
+                    or (self.incidents[open_map[k]].symptom in LOSSY) == (f.symptom in LOSSY)))
         if best is None and f.component.type == "host":
             # An open incident on a link of one of the host's NICs, failing
             # the same way: the host's fault, first seen on that NIC's pairs

@@ -1653,6 +1653,32 @@ def test_a_guessed_endpoint_is_located_by_its_links_other_pairs_losing(engine):
     assert [(i.id, i.component, i.end) for i in engine.list_incidents()] == [(inc.id, link, None)]
 
 
+@pytest.mark.parametrize("tor_symptom", ["latency", "loss"])
+def test_a_tors_slowdown_does_not_locate_a_guess_at_lost_probes(engine, tor_symptom):
+    """Two windows one pair of endpoint 0 lost probes and nothing else
+    explained them: a guessed endpoint incident. Then its ToR is named on
+    the other pairs under it. Slow, that is a congestion the guess's pair
+    crossed, not where its probes were lost: the guess stays what it was
+    (it became a loss incident of the ToR's 75 pairs for 3.5 minutes:
+    bench/inject.py drift + linkloss, draw 5205 of session 68). Losing
+    probes, the ToR is the guess located, renamed in place as before."""
+    from analyzer.localize import Finding
+
+    h = engine.cfg.lof_min_history
+    for k in range(h):
+        feed(engine, k)
+    mine = sorted(of_endpoint(0))
+    guess = Component("endpoint", LAY.endpoint(0, 0))
+    tor = Component("switch", LAY.tor(0, LAY.tor_index(0)))
+    for k in (h, h + 1):
+        take(engine, k, [Finding(guess, "unknown", "loss", mine[:1], 0.2)], "loss")
+    (inc,) = engine.list_incidents()
+    others = [p for p in under_tor(0) if p != mine[0]]
+    take(engine, h + 2, [Finding(tor, "underlay", tor_symptom, others, 0.6)], tor_symptom)
+    want = guess if tor_symptom == "latency" else tor
+    assert [(i.id, i.component) for i in engine.list_incidents()] == [(inc.id, want)]
+
+
 def test_a_guess_left_over_by_one_congestion_does_not_pass_its_run_to_another(engine):
     """A ToR congested for two windows, its second leaving two of its pairs
     unexplained (an endpoint guess, which carries the ToR's run on); then a
