@@ -30,6 +30,7 @@ from analyzer.history import PairHistory
 from analyzer.incident_rules import (
     FLOW_FACTS,
     Streak,
+    alike,
     continued,
     guessed,
     half_shared,
@@ -112,6 +113,8 @@ class _Tally:
     # Per pair id, the share of its received probes in the slow tail this
     # window; None: not known (a tail is taken to have lasted the window).
     slow_share: np.ndarray | None = None
+    # The components this window's findings name.
+    named: set[tuple[str, str]] = dataclasses.field(default_factory=set)
 
 
 class _Explained:
@@ -788,7 +791,8 @@ class Analyzer:
         self._note_twins(findings)
         w = _Tally(start, evidence, anomalous, strong, counts, tail_only, before=dict(streaks),
                    held={p for i in open_map.values() for p in self.incidents[i].pairs},
-                   slow_share=slow_share)
+                   slow_share=slow_share,
+                   named={(f.component.type, f.component.id) for f in findings})
         for f in findings:
             self._take(f, findings, w, open_map, streaks, persist)
         self._fold_first_windows(w, open_map)
@@ -815,8 +819,7 @@ class Analyzer:
         # One incident per fault: a finding about pairs an open incident
         # already holds refines that incident (a more certain component
         # replaces its guess, id kept) or just keeps it open.
-        held = self._overlapping(f, open_map, key, w.anomalous,
-                                 {(g.component.type, g.component.id) for g in findings})
+        held = self._overlapping(f, open_map, key, w.anomalous, w.named)
         own = open_map.get(key) or (open_map[held] if held is not None else None)
         if own is not None and f.symptom == self.incidents[own].symptom == "loss" and \
                 w.counts is not None and not self._still_lossy(self._as_refined(own, f), w.counts):
@@ -1216,7 +1219,7 @@ class Analyzer:
         if f.component.type != "link":
             return False
         return any(s.component.type == "switch" and len(s.pairs) > len(f.pairs)
-                   and (s.symptom in LOSSY) == (f.symptom in LOSSY)
+                   and alike(s.symptom, f.symptom)
                    and all(self._may_cross(p, ("switch", s.component.id)) for p in f.pairs)
                    for s in findings)
 
@@ -1405,7 +1408,7 @@ class Analyzer:
             inc = self.incidents[inc_id]
             n = half_shared(mine, inc.pairs)
             if n > best_n and stands_for(k[0], n, f) and (
-                    (inc.symptom in LOSSY) == (f.symptom in LOSSY) or self._related(k, key)) \
+                    alike(inc.symptom, f.symptom) or self._related(k, key)) \
                     and not self._beyond(f, mine, k) and not apart(k):
                 best, best_n = k, n
         if best is None and f.component.type in _LOCATED:
@@ -1419,14 +1422,14 @@ class Analyzer:
             best = self._mostly_crossing(
                 open_map, key, lambda k: k[0] == "endpoint" and (
                     f.component.type not in _FABRIC
-                    or (self.incidents[open_map[k]].symptom in LOSSY) == (f.symptom in LOSSY)))
+                    or alike(self.incidents[open_map[k]].symptom, f.symptom)))
         if best is None and f.component.type == "host":
             # An open incident on a link of one of the host's NICs, failing
             # the same way: the host's fault, first seen on that NIC's pairs
             # (the window it began, one NIC's pairs had lost enough).
             best = next((k for k, inc_id in open_map.items()
                          if k[0] == "link" and self._host_of(k[1]) == f.component.id
-                         and (self.incidents[inc_id].symptom in LOSSY) == (f.symptom in LOSSY)),
+                         and alike(self.incidents[inc_id].symptom, f.symptom)),
                         None)
         if best is None and f.component.type in _FABRIC:
             # An open incident on a touching link or switch (a sibling link

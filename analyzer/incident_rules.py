@@ -68,6 +68,12 @@ def stands_for(kind: str, shared: int, f: Finding) -> bool:
             or outranks(f.component.type, kind))
 
 
+def alike(symptom: str, other: str) -> bool:
+    """Whether two symptoms fail the same way: both lose probes, or
+    neither does (a slowdown is not a loss, nor the reverse)."""
+    return (symptom in LOSSY) == (other in LOSSY)
+
+
 def outranks(kind: str, other: str) -> bool:
     """Whether a component of type `kind` is the more specific name for a
     fault than one of type `other` (_RANK; unknown types rank lowest)."""
